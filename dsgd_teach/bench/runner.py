@@ -1,0 +1,92 @@
+"""Run every benchmark module once and write build/bench/results.json and results.md.
+
+A benchmark module defines `measure() -> dict[str, float | str]` (starting its own clusters); figures whose name ends in `_ratio`
+are the ones to quote (the machine is shared and noisy, so absolute times are only context).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import platform
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from ..cluster import cpu_count, start_client
+
+BENCH_MODULES = (
+    "dsgd_teach.bench.foundation",
+    "dsgd_teach.bench.hogwild",
+    "dsgd_teach.bench.ps",
+    "dsgd_teach.bench.syncasync",
+    "dsgd_teach.bench.collectives",
+    "dsgd_teach.bench.threads",
+)
+
+
+def machine() -> dict[str, Any]:
+    """What the figures were measured on."""
+    import torch
+
+    return {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cores": cpu_count(),
+        "torch": torch.__version__,
+        "gpus": torch.cuda.device_count(),
+    }
+
+
+def run_all(out_dir: Path = Path("build/bench"), only: list[str] | None = None) -> dict[str, Any]:
+    """Measure every available benchmark module; failures are recorded, not fatal to the others."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    results: dict[str, Any] = {"machine": machine(), "when": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "benchmarks": {}}
+    for name in BENCH_MODULES:
+        short = name.rsplit(".", 1)[-1]
+        if only and short not in only:
+            continue
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:
+                continue
+            raise
+        print(f"[bench] {short} ...", flush=True)
+        t = time.perf_counter()
+        try:
+            figures = module.measure()
+            figures["bench_wall_s"] = round(time.perf_counter() - t, 2)
+        except Exception as exc:  # keep going: one broken benchmark must not hide the others
+            figures = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
+        results["benchmarks"][short] = figures
+        print(f"[bench] {short}: {json.dumps(figures, default=str)[:400]}", flush=True)
+    (out_dir / "results.json").write_text(json.dumps(results, indent=2, default=str))
+    (out_dir / "results.md").write_text(to_markdown(results))
+    return results
+
+
+def to_markdown(results: dict[str, Any]) -> str:
+    """A markdown table of every figure, with the machine it came from."""
+    m = results["machine"]
+    lines = [
+        f"Measured {results['when']} on {m['cores']} cores ({m['processor']}, {m['platform']}), "
+        f"Python {m['python']}, torch {m['torch']}, GPUs: {m['gpus']}.",
+        "",
+        "| benchmark | figure | value |",
+        "| --- | --- | --- |",
+    ]
+    for bench, figures in results["benchmarks"].items():
+        for key, value in figures.items():
+            if key == "traceback":
+                continue
+            shown = f"{value:.4g}" if isinstance(value, float) else str(value)
+            lines.append(f"| {bench} | {key} | {shown} |")
+    return "\n".join(lines) + "\n"
+
+
+def with_client(n_workers: int):
+    """Context manager for a fresh local cluster of n_workers (benchmarks own their clusters)."""
+    return start_client(n_workers, quiet=True, use_gpu=False)

@@ -1,0 +1,216 @@
+"""One call that returns a connected dask client: an existing scheduler, a GPU cluster, or a local one.
+
+Order of choice: the scheduler named by DSGD_SCHEDULER (or dask's `scheduler-address` config) — any dask
+deployment works unchanged; else a LocalCUDACluster when GPUs and dask-cuda are present; else a LocalCluster
+of single-threaded worker processes bound to 127.0.0.1. Closing the client closes a cluster it started.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import time
+import weakref
+from dataclasses import dataclass
+
+import dask
+from distributed import Client, LocalCluster
+from distributed.diagnostics.plugin import WorkerPlugin
+
+log = logging.getLogger(__name__)
+
+#: Kernel plus cluster should stay within mybinder.org's 2 GiB.
+MEMORY_BUDGET_BYTES = 2 * 1024**3
+KERNEL_RESERVE_BYTES = 512 * 1024**2
+MIN_WORKER_MEMORY_BYTES = 384 * 1024**2
+PLUGIN_NAME = "dsgd-torch-threads"
+
+
+def cpu_count() -> int:
+    """Cores this process may use (respects affinity masks and containers)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def threads_per_worker_process(n_workers: int, cores: int | None = None) -> int:
+    """torch intra-op threads for each worker: floor(cores / workers), at least 1 (avoids oversubscription)."""
+    cores = cpu_count() if cores is None else cores
+    return max(1, cores // max(1, n_workers))
+
+
+def worker_memory_limit(n_workers: int) -> int:
+    """Per-worker memory limit that keeps kernel + workers inside the 2 GiB budget (with a floor)."""
+    share = (MEMORY_BUDGET_BYTES - KERNEL_RESERVE_BYTES) // max(1, n_workers)
+    return max(MIN_WORKER_MEMORY_BYTES, share)
+
+
+class TorchThreads(WorkerPlugin):
+    """Worker plugin setting torch's intra-op thread count in every worker, including ones added later."""
+
+    def __init__(self, threads: int) -> None:
+        self.threads = threads
+
+    def setup(self, worker) -> None:  # noqa: ANN001 - dask's signature
+        import torch
+
+        torch.set_num_threads(self.threads)
+
+
+@dataclass
+class ClusterInfo:
+    """How the client was obtained: kind is 'external', 'cuda' or 'local'; note says why, in one line."""
+
+    kind: str
+    note: str
+    dashboard_link: str | None
+
+
+class CourseClient(Client):
+    """A dask Client that also closes the cluster it started, and knows how to resize it."""
+
+    info: ClusterInfo
+    _owned_cluster: LocalCluster | None = None
+
+    def close(self, *args, **kwargs):  # noqa: ANN002, ANN003 - mirrors Client.close
+        """Close the client and, if this client started it, the cluster (workers, scheduler, ports)."""
+        try:
+            return super().close(*args, **kwargs)
+        finally:
+            cluster, self._owned_cluster = self._owned_cluster, None
+            if cluster is not None:
+                cluster.close()
+
+    def n_workers(self) -> int:
+        """Number of workers currently connected."""
+        return len(worker_addresses(self))
+
+    def resize(self, n_workers: int, timeout: float = 60.0) -> str:
+        """Scale the local cluster to n_workers, reset torch threads, and say what happened in one line."""
+        if not isinstance(n_workers, int) or isinstance(n_workers, bool) or not 1 <= n_workers <= 64:
+            raise ValueError(f"n_workers must be an integer in [1, 64], got {n_workers!r}")
+        if self._owned_cluster is None:
+            raise RuntimeError(
+                "this client is connected to an external scheduler; resize that deployment with its own tools"
+            )
+        if n_workers == self.n_workers():
+            return _describe(n_workers)
+        self._owned_cluster.scale(n_workers)
+        deadline = time.monotonic() + timeout
+        while self.n_workers() != n_workers:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"cluster did not reach {n_workers} workers within {timeout:.0f} s")
+            time.sleep(0.05)
+        self.register_plugin(TorchThreads(threads_per_worker_process(n_workers)), name=PLUGIN_NAME)
+        return _describe(n_workers)
+
+
+def worker_addresses(client: Client) -> list[str]:
+    """Addresses of all connected workers, sorted (rank r runs on the r-th address)."""
+    import inspect
+
+    kwargs = {"n_workers": -1} if "n_workers" in inspect.signature(client.scheduler_info).parameters else {}
+    return sorted(client.scheduler_info(**kwargs)["workers"])
+
+
+def _describe(n_workers: int) -> str:
+    cores = cpu_count()
+    line = f"{n_workers} worker process(es) on {cores} core(s), torch threads per worker = "
+    line += str(threads_per_worker_process(n_workers, cores))
+    if n_workers > cores:
+        line += "; more workers than cores: the OS time-slices them, so they do not all run at once"
+    return line
+
+
+_open_clients: weakref.WeakSet[CourseClient] = weakref.WeakSet()
+
+
+def _close_all_at_exit() -> None:
+    for client in list(_open_clients):
+        try:
+            client.close()
+        except Exception:  # pragma: no cover - best effort at interpreter exit
+            pass
+
+
+atexit.register(_close_all_at_exit)
+
+
+def _external_address(scheduler: str | None) -> str | None:
+    return scheduler or os.environ.get("DSGD_SCHEDULER") or dask.config.get("scheduler-address", None)
+
+
+def _gpu_cluster(n_workers: int | None) -> tuple[LocalCluster | None, str]:
+    """A LocalCUDACluster (one worker per GPU) or None and the reason it was not used."""
+    try:
+        import torch
+
+        gpus = torch.cuda.device_count()
+    except Exception as exc:  # pragma: no cover - torch always importable here
+        return None, f"no GPU path ({exc})"
+    if gpus == 0:
+        return None, "no GPU visible"
+    try:
+        from dask_cuda import LocalCUDACluster
+    except ImportError:
+        return None, f"{gpus} GPU(s) visible but dask-cuda is not installed (pip install 'dsgd-teach[gpu]')"
+    try:
+        cluster = LocalCUDACluster(
+            host="127.0.0.1",
+            dashboard_address="127.0.0.1:0",
+            n_workers=min(n_workers or gpus, gpus),
+            threads_per_worker=1,
+        )
+        return cluster, f"LocalCUDACluster with one worker per GPU ({gpus} visible)"
+    except Exception as exc:
+        return None, f"GPU cluster failed to start, falling back to CPU: {type(exc).__name__}: {exc}"
+
+
+def start_client(
+    n_workers: int | None = None,
+    *,
+    scheduler: str | None = None,
+    use_gpu: bool | str = "auto",
+    quiet: bool = False,
+) -> CourseClient:
+    """Return a connected client (see the module docstring for the order of choice) and print how it started."""
+    if n_workers is not None and (isinstance(n_workers, bool) or not isinstance(n_workers, int) or not 1 <= n_workers <= 64):
+        raise ValueError(f"n_workers must be an integer in [1, 64], got {n_workers!r}")
+    t0 = time.perf_counter()
+    address = _external_address(scheduler)
+    cluster = None
+    if address:
+        client = CourseClient(address, timeout="20s")
+        note = f"connected to the existing scheduler at {address}"
+        kind = "external"
+    else:
+        reason = "GPU use switched off"
+        if use_gpu:
+            cluster, reason = _gpu_cluster(n_workers)
+        if cluster is not None:
+            kind, note = "cuda", reason
+        else:
+            n = n_workers or min(2, cpu_count()) or 1
+            cluster = LocalCluster(
+                n_workers=n,
+                threads_per_worker=1,
+                processes=True,
+                host="127.0.0.1",
+                scheduler_port=0,
+                dashboard_address="127.0.0.1:0",
+                memory_limit=worker_memory_limit(n),
+                silence_logs=logging.ERROR,
+            )
+            kind = "local"
+            note = f"LocalCluster ({reason}): " + _describe(n)
+        client = CourseClient(cluster)
+        client._owned_cluster = cluster
+        n_now = len(cluster.scheduler_info["workers"])
+        client.register_plugin(TorchThreads(threads_per_worker_process(n_now)), name=PLUGIN_NAME)
+    client.info = ClusterInfo(kind, note, client.dashboard_link)
+    _open_clients.add(client)
+    if not quiet:
+        print(f"{note}. Started in {time.perf_counter() - t0:.1f} s. Dashboard: {client.dashboard_link}")
+    return client

@@ -1,0 +1,178 @@
+"""Long-running tasks pinned to workers, streaming events to the driver, stoppable, and safe when a worker dies.
+
+A worker function receives a WorkerContext: `ctx.emit(...)` sends a trace event (through dask's event topics,
+batched and cheap), `ctx.should_stop()` polls the run's stop flag. The driver side, run_live(), records events as
+they arrive (calling on_update), turns StopRequested into the stop flag, and notices a worker that has left.
+"""
+
+from __future__ import annotations
+
+import queue
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from distributed import Client, Event, Future, get_worker
+
+from .cluster import worker_addresses
+from .trace import StopRequested, TraceRecorder
+
+
+class WorkerLost(RuntimeError):
+    """A worker running part of an experiment died or left the cluster."""
+
+
+@dataclass
+class WorkerContext:
+    """What a worker function needs to report progress and notice a stop request."""
+
+    topic: str
+    stop_name: str
+    rank: int
+    world: int
+    t0: float
+    check_every_s: float = 0.1
+    _last_check: float = field(default=0.0, repr=False)
+    _stopped: bool = field(default=False, repr=False)
+
+    def emit(self, **event: Any) -> None:
+        """Send one trace event to the driver (worker and time are filled in)."""
+        event.setdefault("time", time.time() - self.t0)
+        # dask stamps a "worker" key (the address) on event dicts; the rank travels under its own key.
+        event["rank"] = event.pop("worker", self.rank)
+        get_worker().log_event(self.topic, event)
+
+    def should_stop(self) -> bool:
+        """True once the driver asked the run to stop (checked at most every check_every_s seconds)."""
+        if self._stopped:
+            return True
+        now = time.monotonic()
+        if now - self._last_check >= self.check_every_s:
+            self._last_check = now
+            self._stopped = Event(self.stop_name).is_set()
+        return self._stopped
+
+
+class EventStream:
+    """Driver-side subscription to a run's event topic; events wait in a thread-safe queue."""
+
+    def __init__(self, client: Client, topic: str) -> None:
+        self.client, self.topic = client, topic
+        self.queue: queue.Queue[dict[str, Any]] = queue.Queue()
+
+    def _handler(self, item: tuple[float, Any]) -> None:
+        event = dict(item[1])
+        event["worker"] = event.pop("rank", -1)
+        self.queue.put(event)
+
+    def __enter__(self) -> EventStream:
+        self.client.subscribe_topic(self.topic, self._handler)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.client.unsubscribe_topic(self.topic)
+
+    def drain(self) -> list[dict[str, Any]]:
+        """All events received so far."""
+        out = []
+        while True:
+            try:
+                out.append(self.queue.get_nowait())
+            except queue.Empty:
+                return out
+
+
+def pick_workers(client: Client, world: int) -> list[str]:
+    """Worker address for each rank: rank r runs on the (r mod n)-th worker."""
+    addresses = worker_addresses(client)
+    if not addresses:
+        raise WorkerLost("the cluster has no workers")
+    return [addresses[r % len(addresses)] for r in range(world)]
+
+
+def run_live(
+    client: Client,
+    fn: Callable[..., Any],
+    args_per_rank: Sequence[tuple[Any, ...]],
+    recorder: TraceRecorder,
+    *,
+    on_worker_lost: str = "raise",
+    timeout_s: float | None = None,
+    poll_s: float = 0.05,
+) -> tuple[list[Any], bool]:
+    """Run fn(ctx, *args) for each rank on its own worker; returns (results, stopped).
+
+    A rank whose worker dies raises WorkerLost (on_worker_lost="raise") or is recorded as a "worker_lost"
+    event and its result is None ("drop"). A StopRequested from on_update sets the stop flag; the tasks then
+    finish their current step and return. Exceeding timeout_s raises TimeoutError. Never hangs.
+    """
+    world = len(args_per_rank)
+    addresses = pick_workers(client, world)
+    run_id = uuid.uuid4().hex[:10]
+    topic, stop_name = f"dsgd-events-{run_id}", f"dsgd-stop-{run_id}"
+    stop_event = Event(stop_name, client=client)
+    stopped = False
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    with EventStream(client, topic) as stream:
+        futures: list[Future | None] = [
+            client.submit(
+                fn,
+                WorkerContext(topic, stop_name, rank, world, recorder.t0),
+                *args,
+                key=f"{getattr(fn, '__name__', 'task')}-{run_id}-rank{rank}",
+                workers=[addresses[rank]],
+                allow_other_workers=False,
+                pure=False,
+                retries=0,
+            )
+            for rank, args in enumerate(args_per_rank)
+        ]
+        results: list[Any] = [None] * world
+        pending = set(range(world))
+        last_membership_check = 0.0
+        try:
+            while pending:
+                try:
+                    recorder.extend(stream.drain())
+                except StopRequested:
+                    stopped = True
+                    stop_event.set()
+                for rank in list(pending):
+                    fut = futures[rank]
+                    if fut is not None and fut.done():
+                        pending.discard(rank)
+                        if fut.status == "error":
+                            exc = fut.exception()
+                            raise RuntimeError(f"rank {rank} on {addresses[rank]} failed: {type(exc).__name__}: {exc}") from exc
+                        results[rank] = fut.result()
+                now = time.monotonic()
+                if pending and now - last_membership_check > 0.5:
+                    last_membership_check = now
+                    alive = set(worker_addresses(client))
+                    for rank in sorted(pending):
+                        if addresses[rank] not in alive:
+                            pending.discard(rank)
+                            futures[rank].cancel()
+                            futures[rank] = None
+                            if on_worker_lost == "raise":
+                                raise WorkerLost(
+                                    f"worker {addresses[rank]} running rank {rank} died; the run cannot go on "
+                                    "without it (see the trace for what it had done)"
+                                )
+                            recorder.record(worker=rank, event="worker_lost")
+                if deadline is not None and now > deadline:
+                    raise TimeoutError(f"run did not finish within {timeout_s:.0f} s")
+                if pending:
+                    time.sleep(poll_s)
+            time.sleep(poll_s)  # let the last batched events arrive
+            recorder.extend(stream.drain())
+        except StopRequested:
+            stopped = True
+        finally:
+            for fut in futures:
+                if fut is not None and not fut.done():
+                    fut.cancel()
+            stop_event.set()
+    return results, stopped

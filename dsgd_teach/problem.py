@@ -1,0 +1,62 @@
+"""A learning problem (data set + model) built identically, and cached, in whichever process asks for it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+from torch import nn
+
+from . import data as datasets
+from .config import check_choice, check_float, check_int
+from .models import MODELS, build_model, default_device, evaluate, get_flat
+
+
+@dataclass(frozen=True)
+class ProblemSpec:
+    """Which data set and model, with the seed that makes both deterministic; hashable so workers can cache."""
+
+    dataset: str = "digits"
+    model: str = "logreg"
+    seed: int = 0
+    n_samples: int | None = None
+    density: float = 0.001
+
+    def __post_init__(self) -> None:
+        check_choice("dataset", self.dataset, datasets.DATASETS)
+        check_choice("model", self.model, MODELS)
+        check_int("seed", self.seed, 0, 2**31 - 1)
+        if self.n_samples is not None:
+            check_int("n_samples", self.n_samples, 10, 1_000_000)
+        check_float("density", self.density, 0.0, 1.0, lo_open=True)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Train and test splits, a model to evaluate with, and the initial flat parameters."""
+
+    spec: ProblemSpec
+    train: datasets.Dataset
+    test: datasets.Dataset
+    model: nn.Module
+    init_params: np.ndarray
+
+    def train_shard(self, rank: int, world: int) -> datasets.Dataset:
+        """Rank's disjoint slice of the training set."""
+        return datasets.shard(self.train, rank, world)
+
+    def evaluate(self, params: np.ndarray) -> dict[str, float]:
+        """Full training loss and held-out accuracy of params."""
+        train_loss, _ = evaluate(self.model, params, self.train.X, self.train.y)
+        _, test_acc = evaluate(self.model, params, self.test.X, self.test.y)
+        return {"train_loss": train_loss, "test_accuracy": test_acc}
+
+
+@lru_cache(maxsize=8)
+def get_problem(spec: ProblemSpec) -> Problem:
+    """Build the problem for spec once per process (workers rebuild it from the seed; no data is shipped)."""
+    full = datasets.load(spec.dataset, spec.seed, spec.n_samples, spec.density)
+    train, test = datasets.train_test_split(full)
+    model = build_model(spec.model, full.n_features, full.n_classes, seed=spec.seed).to(default_device())
+    return Problem(spec, train, test, model, get_flat(model))
