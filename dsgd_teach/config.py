@@ -21,7 +21,7 @@ def sized(full: Any, smoke: Any) -> Any:
 
 def check_int(name: str, value: Any, lo: int, hi: int | None = None) -> None:
     """Raise ValueError unless value is an int in [lo, hi]."""
-    span = f"[{lo}, {hi}]" if hi is not None else f">= {lo}"
+    span = f"in [{lo}, {hi}]" if hi is not None else f">= {lo}"
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"{name} must be an integer {span}, got {value!r}")
     if value < lo or (hi is not None and value > hi):

@@ -1,0 +1,41 @@
+# dsgd-teach: every target bootstraps .venv first (idempotent: a second run reuses it).
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: install lab test lint course bench assignments browser-deps clean
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[dev]"
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+lab: $(STAMP)
+	$(VENV)/bin/jupyter lab --ServerApp.root_dir=course
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check dsgd_teach tests
+
+test: $(STAMP) lint browser-deps
+	$(PY) -m pytest
+
+course: $(STAMP)
+	$(PY) -m dsgd_teach.course_runner --out build/course
+
+bench: $(STAMP)
+	$(VENV)/bin/dsgd-teach bench --out build/bench
+
+assignments: $(STAMP)
+	$(PY) -m dsgd_teach.grading.release --source course/assignments/source --out release
+
+# The browser tests drive Debian's chromium through Playwright; `playwright install` cannot download here.
+browser-deps: $(STAMP)
+	@command -v chromium >/dev/null 2>&1 || command -v /usr/bin/chromium >/dev/null 2>&1 || \
+	  { if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	    else echo "chromium missing: install it (e.g. sudo apt-get install chromium); browser tests will skip"; fi; }
+
+clean:
+	rm -rf build release .pytest_cache

@@ -1,0 +1,186 @@
+"""A reusable widget panel: controls bound to config fields, Run/Stop, a live ipympl figure, errors in view.
+
+The run executes in a background thread, so the kernel stays responsive and Stop works: the panel's on_update
+callback raises StopRequested once Stop is clicked, and every run() returns a partial result when that happens.
+"""
+
+from __future__ import annotations
+
+import html
+import itertools
+import threading
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import ipywidgets as widgets
+from distributed import Client
+from ipympl.backend_nbagg import Canvas, FigureManager
+from matplotlib.figure import Figure
+
+from .config import Config
+from .plots import plot_live
+from .trace import Result, StopRequested, to_frame
+
+RunFn = Callable[[Any, Client, Any], Result]
+PlotFn = Callable[[Figure, Any], None]
+_figure_numbers = itertools.count(1000)
+
+
+def live_figure(figsize: tuple[float, float]) -> tuple[Figure, Canvas]:
+    """A matplotlib figure drawn by an ipympl canvas widget, whatever the notebook's global backend."""
+    fig = Figure(figsize=figsize, dpi=90)
+    canvas = Canvas(fig)
+    FigureManager(canvas, next(_figure_numbers))
+    canvas.header_visible = False
+    canvas.footer_visible = False
+    canvas.toolbar_visible = False
+    canvas.resizable = False
+    return fig, canvas
+
+
+class ExperimentPanel(widgets.VBox):
+    """Controls for some config fields, Run and Stop buttons, a live plot and a status/error area."""
+
+    def __init__(
+        self,
+        client: Client,
+        run: RunFn,
+        config: Config,
+        controls: Mapping[str, widgets.ValueWidget] | None = None,
+        plot: PlotFn | None = None,
+        *,
+        resize_cluster: bool = True,
+        title: str | None = None,
+        figsize: tuple[float, float] = (9.5, 3.4),
+        redraw_every_s: float = 0.3,
+    ) -> None:
+        self.client, self.run_fn, self.base_config = client, run, config
+        self.controls = dict(controls or {})
+        unknown = [name for name in self.controls if name not in config.as_dict()]
+        if unknown:
+            raise ValueError(f"controls {unknown} are not fields of {type(config).__name__}")
+        self.plot_fn = plot or plot_live
+        self.resize_cluster = resize_cluster
+        self.redraw_every_s = redraw_every_s
+        self.result: Result | None = None
+        self.error: str | None = None
+        self._events: list[dict[str, Any]] = []
+        self._stop = threading.Event()
+        self._done = threading.Event()
+        self._done.set()
+        self._last_draw = 0.0
+        self._thread: threading.Thread | None = None
+
+        self.run_button = widgets.Button(description="Run", button_style="success", icon="play")
+        self.stop_button = widgets.Button(description="Stop", button_style="danger", icon="stop", disabled=True)
+        self.status = widgets.HTML("Ready.")
+        self.summary = widgets.HTML("")
+        self.error_box = widgets.HTML("")
+        self.figure, self.canvas = live_figure(figsize)
+        self.run_button.on_click(lambda _: self.start())
+        self.stop_button.on_click(lambda _: self.stop())
+        header = [widgets.HTML(f"<b>{html.escape(title)}</b>")] if title else []
+        control_box = widgets.Box(
+            list(self.controls.values()), layout=widgets.Layout(flex_flow="row wrap")
+        )
+        super().__init__(
+            [*header, control_box, widgets.HBox([self.run_button, self.stop_button, self.status]), self.canvas,
+             self.summary, self.error_box]
+        )
+
+    def current_config(self) -> Config:
+        """The base config with the controls' current values (raises ValueError for a bad combination)."""
+        return self.base_config.replace(**{name: w.value for name, w in self.controls.items()})
+
+    @property
+    def running(self) -> bool:
+        return not self._done.is_set()
+
+    def start(self) -> None:
+        """Start a run with the current control values in a background thread (what the Run button does)."""
+        if self.running:
+            return
+        self._show_error(None)
+        try:
+            config = self.current_config()
+        except ValueError as exc:
+            self._show_error(f"Invalid settings: {exc}")
+            return
+        self._events, self.result = [], None
+        self._stop.clear()
+        self._done.clear()
+        self.run_button.disabled, self.stop_button.disabled = True, False
+        self.status.value = "Running&hellip;"
+        self._thread = threading.Thread(target=self._run, args=(config,), name="dsgd-panel-run", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Ask the running experiment to stop (what the Stop button does)."""
+        if self.running:
+            self._stop.set()
+            self.status.value = "Stopping&hellip;"
+
+    def wait(self, timeout: float | None = None) -> Result | None:
+        """Block until the current run ends (for tests and scripts); returns the result, None on error."""
+        if not self._done.wait(timeout):
+            raise TimeoutError(f"run still going after {timeout} s")
+        return self.result
+
+    def _run(self, config: Config) -> None:
+        t0 = time.perf_counter()
+        try:
+            if self.resize_cluster and hasattr(config, "workers") and hasattr(self.client, "resize"):
+                if getattr(self.client, "_owned_cluster", None) is not None:
+                    self.status.value = html.escape(self.client.resize(int(config.workers)))
+            self.result = self.run_fn(config, self.client, self._on_update)
+            self._redraw(force=True)
+            state = "Stopped" if self.result.stopped else "Done"
+            self.status.value = f"{state} in {time.perf_counter() - t0:.1f} s."
+            self.summary.value = _summary_html(self.result)
+        except Exception as exc:  # shown in the panel, where the user looks
+            self.status.value = "Failed."
+            self._show_error(f"{type(exc).__name__}: {exc}", traceback.format_exc())
+        finally:
+            self.run_button.disabled, self.stop_button.disabled = False, True
+            self._done.set()
+
+    def _on_update(self, event: dict[str, Any]) -> None:
+        self._events.append(event)
+        if self._stop.is_set():
+            raise StopRequested("stopped from the panel")
+        self._redraw()
+
+    def _redraw(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._last_draw < self.redraw_every_s:
+            return
+        self._last_draw = now
+        trace = self.result.trace if (force and self.result is not None) else to_frame(list(self._events))
+        try:
+            self.plot_fn(self.figure, trace)
+        except Exception as exc:
+            self._show_error(f"plot failed: {type(exc).__name__}: {exc}", traceback.format_exc())
+            return
+        self.canvas.draw_idle()
+
+    def _show_error(self, message: str | None, details: str | None = None) -> None:
+        self.error = message
+        if message is None:
+            self.error_box.value = ""
+            return
+        more = f"<details><summary>traceback</summary><pre>{html.escape(details)}</pre></details>" if details else ""
+        self.error_box.value = (
+            f'<div class="dsgd-error" style="color:#a00;border:1px solid #a00;padding:4px">'
+            f"{html.escape(message)}{more}</div>"
+        )
+
+
+def _summary_html(result: Result) -> str:
+    cells = "".join(
+        f"<td style='padding:0 10px'><b>{html.escape(k)}</b><br>{v:.4g}</td>" if isinstance(v, float)
+        else f"<td style='padding:0 10px'><b>{html.escape(k)}</b><br>{html.escape(str(v))}</td>"
+        for k, v in result.summary.items()
+    )
+    return f"<table><tr>{cells}</tr></table>"

@@ -1,0 +1,66 @@
+"""Shared fixtures: one small cluster for the whole session, and a check that nothing is left behind."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import psutil
+import pytest
+
+from dsgd_teach.cluster import start_client
+
+os.environ.setdefault("DSGD_SMOKE", "1")
+
+
+def _children() -> list[psutil.Process]:
+    """Child processes of this test process, ignoring multiprocessing's long-lived resource tracker."""
+    out = []
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            if "resource_tracker" not in " ".join(proc.cmdline()):
+                out.append(proc)
+        except psutil.NoSuchProcess:
+            continue
+    return out
+
+
+def shm_blocks() -> set[str]:
+    """Names of the POSIX shared-memory blocks on this host."""
+    root = Path("/dev/shm")
+    return {p.name for p in root.iterdir()} if root.exists() else set()
+
+
+@pytest.fixture(scope="session")
+def client():
+    """A two-worker local cluster shared by the tests that only need *a* cluster (closed at the end)."""
+    with start_client(2, quiet=True, use_gpu=False) as c:
+        yield c
+
+
+@pytest.fixture
+def fresh_client():
+    """A private two-worker cluster, for tests that resize, kill workers or check clean-up."""
+    with start_client(2, quiet=True, use_gpu=False) as c:
+        yield c
+
+
+@pytest.fixture(scope="session", autouse=True)
+def nothing_left_behind():
+    """After the whole session: no stray child processes or new shared-memory blocks."""
+    shm_before = shm_blocks()
+    yield
+    import gc
+    import time
+
+    gc.collect()
+    deadline = time.monotonic() + 20
+    while _children() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    leftover = _children()
+    new_shm = {n for n in shm_blocks() - shm_before if n.startswith(("psm_", "dsgd"))}
+    assert not leftover, f"child processes left behind: {[p.cmdline() for p in leftover]}"
+    assert not new_shm, f"shared-memory blocks left behind: {sorted(new_shm)}"
+    names = [t.name for t in threading.enumerate() if t.name.startswith("dsgd")]
+    assert not names, f"course threads left running: {names}"

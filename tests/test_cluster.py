@@ -1,0 +1,118 @@
+"""Cluster lifecycle: start, resize, close leaves nothing behind; external schedulers; GPU fallback."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import psutil
+import pytest
+import torch
+from distributed import LocalCluster
+
+from dsgd_teach.cluster import start_client, threads_per_worker_process, worker_addresses, worker_memory_limit
+
+
+def _worker_pids() -> set[int]:
+    return {
+        p.pid
+        for p in psutil.Process().children(recursive=True)
+        if "resource_tracker" not in " ".join(p.cmdline())
+    }
+
+
+def _port_free(address: str) -> bool:
+    """True when nothing listens on the address's port any more (and it can be bound again)."""
+    host, port = address.rsplit("/", 1)[-1].rsplit(":", 1)
+    listening = any(
+        c.laddr and c.laddr.port == int(port) and c.status == psutil.CONN_LISTEN
+        for c in psutil.net_connections(kind="tcp")
+    )
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, int(port)))
+        except OSError:
+            return False
+    return not listening
+
+
+@pytest.mark.timeout(180)
+def test_start_resize_close_leaves_no_child_process():
+    before = _worker_pids()
+    client = start_client(2, quiet=True, use_gpu=False)
+    try:
+        assert client.info.kind == "local"
+        addresses = worker_addresses(client)
+        assert len(addresses) == 2 and all(a.startswith("tcp://127.0.0.1:") for a in addresses)
+        assert client.dashboard_link.startswith("http://127.0.0.1:")
+        assert set(client.run(torch.get_num_threads).values()) == {threads_per_worker_process(2)}
+        message = client.resize(3)
+        assert client.n_workers() == 3
+        if psutil.cpu_count() < 3:
+            assert "time-slices" in message
+        assert set(client.run(torch.get_num_threads).values()) == {threads_per_worker_process(3)}
+        client.resize(1)
+        assert client.n_workers() == 1
+        assert set(client.run(torch.get_num_threads).values()) == {threads_per_worker_process(1)}
+        assert len(_worker_pids() - before) >= 1
+        scheduler_address = client.scheduler.address
+    finally:
+        client.close()
+    deadline = time.monotonic() + 15
+    while _worker_pids() - before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _worker_pids() - before, "worker processes survived close()"
+    assert _port_free(scheduler_address), "the scheduler port is still bound after close()"
+
+
+def test_threads_and_memory_rules():
+    assert threads_per_worker_process(2, cores=2) == 1
+    assert threads_per_worker_process(1, cores=8) == 8
+    assert threads_per_worker_process(3, cores=8) == 2
+    assert threads_per_worker_process(16, cores=2) == 1
+    assert worker_memory_limit(2) * 2 <= 2 * 1024**3
+    with pytest.raises(ValueError, match="n_workers"):
+        start_client(0, quiet=True)
+
+
+@pytest.mark.timeout(120)
+def test_resize_rejects_bad_counts(client):
+    with pytest.raises(ValueError, match="n_workers"):
+        client.resize(0)
+
+
+@pytest.mark.timeout(120)
+def test_existing_scheduler_is_used_and_left_running(monkeypatch):
+    with LocalCluster(n_workers=1, threads_per_worker=1, host="127.0.0.1", dashboard_address=":0") as cluster:
+        monkeypatch.setenv("DSGD_SCHEDULER", cluster.scheduler_address)
+        client = start_client(quiet=True)
+        try:
+            assert client.info.kind == "external"
+            assert client.submit(sum, [2, 3]).result(timeout=30) == 5
+            with pytest.raises(RuntimeError, match="external scheduler"):
+                client.resize(2)
+        finally:
+            client.close()
+        assert cluster.status.name == "running"
+        assert len(cluster.scheduler_info["workers"]) == 1
+
+
+@pytest.mark.timeout(120)
+def test_gpu_request_without_gpu_falls_back_with_a_reason(capsys):
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present; the fallback path is not taken")
+    with start_client(1, use_gpu=True) as client:
+        assert client.info.kind == "local"
+        assert "no GPU visible" in client.info.note
+    assert "no GPU visible" in capsys.readouterr().out
+
+
+@pytest.mark.gpu
+@pytest.mark.timeout(180)
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_gpu_cluster_runs_on_cuda():
+    pytest.importorskip("dask_cuda")
+    with start_client(quiet=True, use_gpu=True) as client:
+        assert client.info.kind == "cuda"
+        assert all(client.run(torch.cuda.is_available).values())
