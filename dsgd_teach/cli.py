@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import sys
 import time
@@ -80,9 +81,11 @@ def _run_with_progress(exp: Any, config: Any, n_cluster: int | None, out: Path) 
     from .cluster import start_client
     from .plots import compare
 
-    n = n_cluster or getattr(config, "workers", None) or 2
+    # a config that needs more processes than its "workers" (e.g. backups) says so with a `world` attribute
+    n = n_cluster or getattr(config, "world", None) or getattr(config, "workers", None) or 2
     total = getattr(config, "steps", None)
-    with start_client(n) as client, tqdm(total=total, unit="step", desc=exp.name) as bar:
+    cluster = start_client(n) if exp.needs_cluster else contextlib.nullcontext(None)
+    with cluster as client, tqdm(total=total, unit="step", desc=exp.name) as bar:
         seen = [0]
 
         def on_update(event: dict[str, Any]) -> None:
@@ -148,6 +151,12 @@ def cmd_bench(argv: list[str]) -> int:
     parser.add_argument("--out", type=Path, default=Path("build/bench"))
     args = parser.parse_args(argv)
     results = run_all(args.out, args.only)
+    from .bench.report import update_readme, write_plots
+
+    write_plots(results, args.out)
+    readme = Path("README.md")
+    if readme.exists():
+        update_readme(results, readme)
     failed = [name for name, figures in results["benchmarks"].items() if "error" in figures]
     print(f"results written to {args.out / 'results.json'} and {args.out / 'results.md'}")
     return 1 if failed else 0

@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 #: Kernel plus cluster should stay within mybinder.org's 2 GiB.
 MEMORY_BUDGET_BYTES = 2 * 1024**3
 KERNEL_RESERVE_BYTES = 512 * 1024**2
-MIN_WORKER_MEMORY_BYTES = 384 * 1024**2
+MIN_WORKER_MEMORY_BYTES = 768 * 1024**2  # a worker with torch loaded needs ~400 MiB; dask pauses at 80%
 PLUGIN_NAME = "dsgd-torch-threads"
 
 
@@ -109,10 +109,13 @@ class CourseClient(Client):
 
 def worker_addresses(client: Client) -> list[str]:
     """Addresses of all connected workers, sorted (rank r runs on the r-th address)."""
-    import inspect
-
-    kwargs = {"n_workers": -1} if "n_workers" in inspect.signature(client.scheduler_info).parameters else {}
-    return sorted(client.scheduler_info(**kwargs)["workers"])
+    # Ask the scheduler directly: scheduler_info() returns the client's cached identity, which a background
+    # callback refreshes without per-worker entries, so under load it can come back with no workers at all.
+    try:
+        info = client.sync(client.scheduler.identity, n_workers=-1)
+    except TypeError:  # distributed versions whose identity() takes no n_workers
+        info = client.sync(client.scheduler.identity)
+    return sorted(info["workers"])
 
 
 def _describe(n_workers: int) -> str:

@@ -23,6 +23,7 @@ CHAPTER_PACKAGES = (
     "dsgd_teach.syncasync",
     "dsgd_teach.collectives",
     "dsgd_teach.threads",
+    "dsgd_teach.sim",
 )
 
 
@@ -35,6 +36,7 @@ class Experiment:
     run: Callable[[Any, Client, OnUpdate | None], Result]
     description: str
     plot: Callable[..., Any] | None = None
+    needs_cluster: bool = True  # False for experiments that run in-process (the simulator)
 
 
 def registry() -> dict[str, Experiment]:

@@ -153,10 +153,8 @@ class ExperimentPanel(widgets.VBox):
         self._redraw()
 
     def _redraw(self, force: bool = False) -> None:
-        now = time.monotonic()
-        if not force and now - self._last_draw < self.redraw_every_s:
+        if not force and time.monotonic() - self._last_draw < self.redraw_every_s:
             return
-        self._last_draw = now
         trace = self.result.trace if (force and self.result is not None) else to_frame(list(self._events))
         try:
             self.plot_fn(self.figure, trace)
@@ -164,6 +162,7 @@ class ExperimentPanel(widgets.VBox):
             self._show_error(f"plot failed: {type(exc).__name__}: {exc}", traceback.format_exc())
             return
         self.canvas.draw_idle()
+        self._last_draw = time.monotonic()  # measured after drawing, so slow draws cannot starve the run
 
     def _show_error(self, message: str | None, details: str | None = None) -> None:
         self.error = message

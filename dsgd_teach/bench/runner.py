@@ -23,6 +23,8 @@ BENCH_MODULES = (
     "dsgd_teach.bench.syncasync",
     "dsgd_teach.bench.collectives",
     "dsgd_teach.bench.threads",
+    "dsgd_teach.bench.sim",
+    "dsgd_teach.bench.grading",
 )
 
 
