@@ -1,0 +1,124 @@
+"""Compiled inner loops (numba, nogil): one logistic-regression SGD update per row, lock-free or locked.
+
+Every kernel works in place on `w`, which may be a view of shared memory that other processes or threads are
+writing at the same moment: that is Hogwild. The locked variants take the shared mutex around each update.
+Floating-point operations happen in a fixed order, so a single worker reproduces `reference.py` bit for bit.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+from .mutex import acquire, mutex_unlock
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _logistic(margin: float, label: float) -> tuple[float, float]:
+    """Loss log(1 + exp(-s m)) with s = 2y - 1, and its derivative in m, computed without overflow."""
+    s = 2.0 * label - 1.0
+    z = s * margin
+    if z > 0.0:
+        e = math.exp(-z)
+        return math.log1p(e), -s * (e / (1.0 + e))
+    e = math.exp(z)
+    return -z + math.log1p(e), -s * (1.0 / (1.0 + e))
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _sparse_update(w, indptr, indices, data, y, i, lr):  # noqa: ANN001, ANN202 - numba types
+    """Read w on row i's nonzeros, then write the gradient step back to exactly those coordinates."""
+    margin = 0.0
+    for k in range(indptr[i], indptr[i + 1]):
+        margin += w[indices[k]] * data[k]
+    loss, g = _logistic(margin, y[i])
+    step = lr * g
+    for k in range(indptr[i], indptr[i + 1]):
+        w[indices[k]] -= step * data[k]
+    return loss
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _dense_update(w, X, y, i, lr):  # noqa: ANN001, ANN202 - numba types
+    """The same update for a dense row: every coordinate is read and written."""
+    margin = 0.0
+    for j in range(X.shape[1]):
+        margin += w[j] * X[i, j]
+    loss, g = _logistic(margin, y[i])
+    step = lr * g
+    for j in range(X.shape[1]):
+        w[j] -= step * X[i, j]
+    return loss
+
+
+@njit(nogil=True, cache=True)
+def sparse_sgd(w, indptr, indices, data, y, order, lr):  # noqa: ANN001, ANN201
+    """Lock-free SGD over rows `order` of a CSR matrix; returns the summed loss seen before each update."""
+    total = 0.0
+    for i in order:
+        total += _sparse_update(w, indptr, indices, data, y, i, lr)
+    return total
+
+
+@njit(nogil=True, cache=True)
+def sparse_sgd_locked(w, indptr, indices, data, y, order, lr, mutex):  # noqa: ANN001, ANN201
+    """The same loop with the shared mutex held around every update (the locking baseline)."""
+    total = 0.0
+    for i in order:
+        acquire(mutex)
+        total += _sparse_update(w, indptr, indices, data, y, i, lr)
+        mutex_unlock(mutex)
+    return total
+
+
+@njit(nogil=True, cache=True)
+def dense_sgd(w, X, y, order, lr):  # noqa: ANN001, ANN201
+    """Lock-free SGD over rows `order` of a dense matrix."""
+    total = 0.0
+    for i in order:
+        total += _dense_update(w, X, y, i, lr)
+    return total
+
+
+@njit(nogil=True, cache=True)
+def dense_sgd_locked(w, X, y, order, lr, mutex):  # noqa: ANN001, ANN201
+    """Dense SGD with the mutex held around every update."""
+    total = 0.0
+    for i in order:
+        acquire(mutex)
+        total += _dense_update(w, X, y, i, lr)
+        mutex_unlock(mutex)
+    return total
+
+
+@njit(nogil=True, cache=True)
+def count_hits(counts, indptr, indices, rows):  # noqa: ANN001, ANN201
+    """The counting experiment: counts[j] += 1 for every nonzero j of every row, with no lock (may lose some)."""
+    for i in rows:
+        for k in range(indptr[i], indptr[i + 1]):
+            counts[indices[k]] += 1
+
+
+@njit(nogil=True, cache=True)
+def count_hits_locked(counts, indptr, indices, rows, mutex):  # noqa: ANN001, ANN201
+    """The counting experiment with the mutex held around each row's increments (loses none)."""
+    for i in rows:
+        acquire(mutex)
+        for k in range(indptr[i], indptr[i + 1]):
+            counts[indices[k]] += 1
+        mutex_unlock(mutex)
+
+
+def mean_loss(w: np.ndarray, X, y: np.ndarray) -> float:  # noqa: ANN001 - CSR matrix or ndarray
+    """Mean logistic loss of w on (X, y), vectorised in numpy (for evaluation, not in the timed loop)."""
+    margin = np.asarray(X @ w, dtype=np.float64).ravel()
+    z = (2.0 * np.asarray(y, dtype=np.float64) - 1.0) * margin
+    return float(np.mean(np.logaddexp(0.0, -z)))
+
+
+def accuracy(w: np.ndarray, X, y: np.ndarray) -> float:  # noqa: ANN001 - CSR matrix or ndarray
+    """Fraction of rows whose sign of X @ w matches the label."""
+    margin = np.asarray(X @ w, dtype=np.float64).ravel()
+    return float(np.mean((margin > 0) == (np.asarray(y) > 0)))

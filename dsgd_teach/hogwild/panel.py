@@ -1,0 +1,32 @@
+"""The chapter's widget panel: workers, density (sparsity), lock on/off and learning rate, with a live plot."""
+
+from __future__ import annotations
+
+import ipywidgets as widgets
+from distributed import Client
+
+from ..panel import ExperimentPanel
+from .config import HogwildConfig
+from .plots import plot_progress
+from .run import run_hogwild
+
+
+def hogwild_panel(client: Client, config: HogwildConfig | None = None, max_workers: int = 4) -> ExperimentPanel:
+    """A panel running run_hogwild; the cluster is resized to the chosen number of workers before each run."""
+    # Small enough that every density up to 1.0 stays inside the size limit; epochs make a run last seconds.
+    config = config or HogwildConfig(n_samples=2_000, n_features=2_000, density=0.005, epochs=1_000, report_every=2_000)
+    style = {"description_width": "initial"}
+    controls = {
+        "workers": widgets.IntSlider(value=config.workers, min=1, max=max_workers, description="workers",
+                                     continuous_update=False, style=style),
+        "density": widgets.FloatLogSlider(value=config.density, base=10, min=-3, max=0, step=0.25,
+                                          description="density (nonzeros/row ÷ features)", readout_format=".4f",
+                                          continuous_update=False, style=style),
+        "epochs": widgets.IntSlider(value=config.epochs, min=10, max=5_000, step=10, description="epochs",
+                                    continuous_update=False, style=style),
+        "lock": widgets.Checkbox(value=config.lock, description="lock around every update"),
+        "lr": widgets.FloatLogSlider(value=config.lr, base=10, min=-2, max=1, step=0.1, description="learning rate",
+                                     continuous_update=False, style=style),
+    }
+    return ExperimentPanel(client, run=run_hogwild, config=config, controls=controls, plot=plot_progress,
+                           resize_cluster=True, title="Hogwild: lock-free SGD on shared memory")

@@ -1,0 +1,115 @@
+"""The driver side: create the shared block, start the ranks on the cluster, always free the block, summarise.
+
+run_hogwild and run_counting follow the course's one experiment API: run_xxx(config, client, on_update) -> Result.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import numpy as np
+from distributed import Client
+
+from ..cluster import worker_addresses
+from ..live import run_live
+from ..trace import OnUpdate, Result, TraceRecorder
+from .config import CountingConfig, HogwildConfig
+from .kernels import accuracy, mean_loss
+from .mutex import HAVE_MUTEX
+from .problem import load_data
+from .reference import sequential_counts
+from .shm import create_block
+from .worker import block_arrays, process_task, threads_task
+
+AnyConfig = HogwildConfig | CountingConfig
+
+
+def check_cluster(config: AnyConfig, client: Client) -> None:
+    """Refuse runs whose ranks could not all run at once (a dask worker runs one task at a time)."""
+    if config.lock and not HAVE_MUTEX:
+        raise RuntimeError("lock=True needs POSIX pthread mutexes, which this platform lacks")
+    if config.backend == "processes":
+        n = len(worker_addresses(client))
+        if config.workers > n:
+            raise ValueError(
+                f"workers={config.workers} needs {config.workers} dask worker processes but the cluster has {n}; "
+                f"call client.resize({config.workers}) first, or use backend='threads'"
+            )
+
+
+def _run_ranks(config: AnyConfig, client: Client, recorder: TraceRecorder) -> tuple[np.ndarray, list[dict], bool]:
+    """Run every rank against a fresh shared block; returns (final shared vector, per-rank stats, stopped)."""
+    check_cluster(config, client)
+    n_features = config.data_spec.n_features
+    arrays = block_arrays(config, n_features)
+    with create_block(arrays) as block:
+        if config.backend == "processes":
+            args = [(config, block.spec)] * config.workers
+            results, stopped = run_live(client, process_task, args, recorder, timeout_s=config.timeout_s)
+        else:
+            (results,), stopped = run_live(client, threads_task, [(config, block.spec)], recorder, timeout_s=config.timeout_s)
+            results = results or []
+        final = block[arrays[0][0]].copy()
+    return final, [r for r in results if r is not None], stopped
+
+
+def _timing(stats: list[dict[str, Any]], t0: float) -> dict[str, float]:
+    """Parallel-section wall time (first start to last finish), the updates per second over it, and when it
+    began on the trace's clock (startup before it: launching tasks, building data, loading kernels)."""
+    if not stats:
+        return {"updates": 0, "parallel_s": float("nan"), "updates_per_s": float("nan"), "start_s": float("nan")}
+    updates = int(sum(s["updates"] for s in stats))
+    start = min(s["t_start"] for s in stats)
+    span = max(s["t_end"] for s in stats) - start
+    rate = updates / span if span > 0 else float("nan")
+    return {"updates": updates, "parallel_s": span, "updates_per_s": rate, "start_s": start - t0}
+
+
+def run_hogwild(config: HogwildConfig, client: Client, on_update: OnUpdate | None = None) -> Result:
+    """Hogwild SGD (or, with lock=True, the locked baseline; with workers=1, sequential SGD) on the cluster."""
+    if not isinstance(config, HogwildConfig):
+        raise TypeError(f"run_hogwild needs a HogwildConfig, got {type(config).__name__}")
+    recorder = TraceRecorder(on_update)
+    t = time.perf_counter()
+    w, stats, stopped = _run_ranks(config, client, recorder)
+    data = load_data(config.data_spec)
+    summary: dict[str, Any] = {
+        "workers": config.workers,
+        "lock": config.lock,
+        **_timing(stats, recorder.t0),
+        "initial_train_loss": math.log(2.0),
+        "final_train_loss": mean_loss(w, data.X, data.y),
+        "test_accuracy": accuracy(w, data.X_test, data.y_test),
+        "run_s": time.perf_counter() - t,
+    }
+    return Result(config, recorder.frame(), summary, w, stopped)
+
+
+def run_counting(config: CountingConfig, client: Client, on_update: OnUpdate | None = None) -> Result:
+    """The lost-update experiment: increments intended vs increments that landed in the shared counters."""
+    if not isinstance(config, CountingConfig):
+        raise TypeError(f"run_counting needs a CountingConfig, got {type(config).__name__}")
+    if config.dataset != "sparse":
+        raise ValueError("the counting experiment runs on dataset='sparse' (set density=1.0 for dense rows)")
+    recorder = TraceRecorder(on_update)
+    t = time.perf_counter()
+    counts, stats, stopped = _run_ranks(config, client, recorder)
+    intended = int(sum(s["intended"] for s in stats))
+    landed = int(counts.sum())
+    summary: dict[str, Any] = {
+        "workers": config.workers,
+        "lock": config.lock,
+        "density": config.density,
+        **_timing(stats, recorder.t0),
+        "intended": intended,
+        "landed": landed,
+        "lost": intended - landed,
+        "lost_fraction": (intended - landed) / intended if intended else float("nan"),
+        "run_s": time.perf_counter() - t,
+    }
+    if not stopped:
+        expected = sequential_counts(load_data(config.data_spec), config.passes)
+        summary["features_short"] = int(np.sum(counts < expected))
+    return Result(config, recorder.frame(), summary, counts, stopped)

@@ -1,0 +1,99 @@
+"""The chapter's measurements, each a small loop over run_hogwild / run_counting returning a tidy DataFrame.
+
+Baselines are measured in the same call as what they are compared with: sequential SGD (one worker), Hogwild,
+and the same loop with a lock around every update.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pandas as pd
+from distributed import Client
+
+from ..cluster import cpu_count, worker_addresses
+from ..trace import Result
+from .config import CountingConfig, HogwildConfig
+from .run import run_counting, run_hogwild
+
+
+def warm(client: Client, config: HogwildConfig) -> None:
+    """One short run per kernel so every worker has built the data and loaded the compiled kernels."""
+    for lock in (False, True):
+        run_hogwild(config.replace(epochs=1, lock=lock), client)
+
+
+def baselines(client: Client, config: HogwildConfig) -> dict[str, Result]:
+    """Sequential SGD, Hogwild with config.workers, and the locked loop, on the same problem, in one call."""
+    return {
+        "sequential SGD": run_hogwild(config.replace(workers=1, lock=False), client),
+        f"Hogwild, {config.workers} workers": run_hogwild(config.replace(lock=False), client),
+        f"locked, {config.workers} workers": run_hogwild(config.replace(lock=True), client),
+    }
+
+
+def _row(result: Result, **extra: object) -> dict[str, object]:
+    keep = ("workers", "lock", "updates", "parallel_s", "updates_per_s", "final_train_loss")
+    return {**extra, **{k: result.summary[k] for k in keep if k in result.summary}}
+
+
+def scaling(
+    client: Client,
+    config: HogwildConfig,
+    workers: Sequence[int] = (1, 2),
+    locks: Sequence[bool] = (False, True),
+    repeats: int = 1,
+) -> pd.DataFrame:
+    """Updates per second against workers, with and without the lock; speedup is against 1 lock-free worker.
+
+    Each setting is run `repeats` times and the best throughput kept (the least disturbed by other programs).
+    """
+    rows = []
+    for n in workers:
+        for lock in locks:
+            runs = [run_hogwild(config.replace(workers=n, lock=lock), client) for _ in range(repeats)]
+            best = max(runs, key=lambda r: r.summary["updates_per_s"])
+            rows.append(_row(best, dataset=config.dataset, density=config.data_spec.density))
+    df = pd.DataFrame(rows)
+    ref = df[(df.workers == min(workers)) & (~df.lock)].updates_per_s.max()
+    df["speedup"] = df.updates_per_s / ref
+    return df
+
+
+def lost_updates(
+    client: Client, config: CountingConfig, densities: Sequence[float], locks: Sequence[bool] = (False, True)
+) -> pd.DataFrame:
+    """The counting experiment at each density: intended increments, landed ones, and the fraction lost."""
+    rows = []
+    for density in densities:
+        for lock in locks:
+            r = run_counting(config.replace(density=float(density), lock=lock), client)
+            rows.append({k: r.summary[k] for k in ("density", "lock", "workers", "intended", "landed", "lost",
+                                                    "lost_fraction", "updates_per_s")})
+    return pd.DataFrame(rows)
+
+
+def oversubscription(
+    client: Client, config: HogwildConfig, threads: Sequence[int] = (1, 2, 4, 8), locks: Sequence[bool] = (False, True)
+) -> pd.DataFrame:
+    """Threads inside one worker process against the machine's cores: throughput stops growing past the cores."""
+    rows = []
+    for n in threads:
+        for lock in locks:
+            r = run_hogwild(config.replace(backend="threads", workers=n, lock=lock), client)
+            rows.append(_row(r, threads=n, cores=cpu_count()))
+    df = pd.DataFrame(rows).drop(columns=["workers"])
+    ref = df[(df.threads == min(threads)) & (~df.lock)].updates_per_s.max()
+    df["speedup"] = df.updates_per_s / ref
+    return df
+
+
+def ensure_workers(client: Client, n: int) -> int:
+    """Make sure the cluster has at least n worker processes (resizing a local one); returns the count."""
+    have = len(worker_addresses(client))
+    if have >= n:
+        return have
+    if not hasattr(client, "resize"):
+        raise ValueError(f"this needs {n} dask worker processes and the cluster has {have}; add workers first")
+    client.resize(n)
+    return len(worker_addresses(client))

@@ -1,0 +1,184 @@
+"""What runs inside a dask worker: map the shared block, warm the kernels up, meet at a barrier, then update.
+
+`rank_loop` is one Hogwild worker. The processes backend runs one rank per dask worker process (run_live pins
+them); the threads backend runs every rank as a thread of a single worker process (the kernels release the GIL).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..live import WorkerContext
+from . import kernels
+from .config import CountingConfig, HogwildConfig
+from .problem import HogwildData, epoch_order, kernel_arrays, load_data, shard_rows
+from .shm import BlockSpec, SharedBlock, attach_block
+
+AnyConfig = HogwildConfig | CountingConfig
+Emit = Callable[..., None]
+BARRIER_TIMEOUT_S = 120.0
+EMIT_EVERY_S = 0.02  # at most ~50 progress events per second per worker
+COUNT_CHUNK = 5_000
+
+
+def block_arrays(config: AnyConfig, n_features: int) -> list[tuple[str, str, int]]:
+    """Layout of the shared block: the vector being updated, a ready flag and a progress counter per rank."""
+    target = ("counts", "i8", n_features) if isinstance(config, CountingConfig) else ("w", "f8", n_features)
+    return [target, ("ready", "i8", config.workers), ("progress", "i8", config.workers)]
+
+
+def run_chunk(
+    config: AnyConfig, data: HogwildData, block: SharedBlock, rows: np.ndarray, epoch: int = 0, target=None  # noqa: ANN001
+) -> float:
+    """Apply the updates of `rows` to the shared vector (or to `target`); returns their summed loss."""
+    arrays = kernel_arrays(data)
+    mutex = np.uint64(block.mutex_address)
+    if isinstance(config, CountingConfig):
+        counts = block["counts"] if target is None else target
+        indptr, indices = arrays[0], arrays[1]
+        if config.lock:
+            kernels.count_hits_locked(counts, indptr, indices, rows, mutex)
+        else:
+            kernels.count_hits(counts, indptr, indices, rows)
+        return float("nan")
+    w = block["w"] if target is None else target
+    lr = float(config.lr * config.lr_decay**epoch)
+    if data.sparse:
+        if config.lock:
+            return kernels.sparse_sgd_locked(w, *arrays, rows, lr, mutex)
+        return kernels.sparse_sgd(w, *arrays, rows, lr)
+    if config.lock:
+        return kernels.dense_sgd_locked(w, *arrays, rows, lr, mutex)
+    return kernels.dense_sgd(w, *arrays, rows, lr)
+
+
+def warm_up(config: AnyConfig, data: HogwildData, block: SharedBlock) -> None:
+    """Compile (or load from numba's cache) the kernel on a scratch vector, so no timing includes compilation."""
+    dtype = np.int64 if isinstance(config, CountingConfig) else np.float64
+    scratch = np.zeros(data.n_features, dtype=dtype)
+    run_chunk(config, data, block, np.arange(min(2, data.n_train), dtype=np.int64), target=scratch)
+
+
+def barrier(ready: np.ndarray, rank: int, should_stop: Callable[[], bool]) -> bool:
+    """Mark this rank ready and wait for all (each rank writes only its own slot: no race); False if stopped."""
+    ready[rank] = 1
+    deadline = time.monotonic() + BARRIER_TIMEOUT_S
+    while not np.all(ready == 1):
+        if should_stop():
+            return False
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"rank {rank}: not every worker arrived within {BARRIER_TIMEOUT_S:.0f} s (are there more ranks "
+                "than dask worker processes?)"
+            )
+        time.sleep(0.0005)  # polling for the other ranks, not work
+    return True
+
+
+def _passes(config: AnyConfig) -> int:
+    return config.passes if isinstance(config, CountingConfig) else config.epochs
+
+
+def _pass_rows(config: AnyConfig, start: int, stop: int, epoch: int, rank: int) -> np.ndarray:
+    if isinstance(config, CountingConfig):
+        return np.arange(start, stop, dtype=np.int64)
+    return epoch_order(start, stop, epoch, config.seed, rank)
+
+
+def rank_loop(
+    config: AnyConfig, block: SharedBlock, rank: int, world: int, emit: Emit, should_stop: Callable[[], bool], t0: float
+) -> dict[str, Any]:
+    """One Hogwild worker: its shard, pass after pass, straight into the shared vector; returns its timings."""
+    data = load_data(config.data_spec)
+    start, stop = shard_rows(data.n_train, rank, world)
+    warm_up(config, data, block)
+    chunk = COUNT_CHUNK if isinstance(config, CountingConfig) else config.report_every
+    progress = block["progress"]
+    stats: dict[str, Any] = {"rank": rank, "updates": 0, "intended": 0, "kernel_s": 0.0, "stopped": False}
+    if not barrier(block["ready"], rank, should_stop):
+        stats.update(stopped=True, t_start=time.time(), t_end=time.time())
+        return stats
+    stats["t_start"] = last_emit = time.time()
+    loss_sum, loss_n = 0.0, 0
+    for epoch in range(_passes(config)):
+        order = _pass_rows(config, start, stop, epoch, rank)
+        for c0 in range(0, len(order), chunk):
+            rows = order[c0 : c0 + chunk]
+            k0 = time.perf_counter()
+            loss_sum += run_chunk(config, data, block, rows, epoch)
+            stats["kernel_s"] += time.perf_counter() - k0
+            loss_n += len(rows)
+            stats["updates"] += len(rows)
+            stats["intended"] += data.row_nonzeros(rows) if isinstance(config, CountingConfig) else 0
+            progress[rank] = stats["updates"]
+            now = time.time()
+            last = epoch == _passes(config) - 1 and c0 + chunk >= len(order)
+            if now - last_emit >= EMIT_EVERY_S or last:
+                emit(
+                    time=now - t0, worker=rank, step=stats["updates"], event="update",
+                    loss=loss_sum / loss_n, version_applied=int(progress.sum()), epoch=epoch,
+                )
+                last_emit, loss_sum, loss_n = now, 0.0, 0
+            if should_stop():
+                stats["stopped"] = True
+                break
+        if stats["stopped"]:
+            break
+    stats["t_end"] = time.time()
+    return stats
+
+
+def _run_ranks_in_threads(ctx: WorkerContext, config: AnyConfig, spec: BlockSpec, ranks: list[int], world: int) -> list:
+    """Run each rank's loop in its own thread; this task's thread forwards events and polls the stop flag.
+
+    Keeping dask's calls (event sends, the stop flag's round trip to the scheduler) off the updating threads
+    means the timed loop measures only the kernels.
+    """
+    events: queue.Queue[dict[str, Any]] = queue.Queue()
+    stop = threading.Event()
+    results: dict[int, dict[str, Any]] = {}
+    errors: list[BaseException] = []
+
+    def forward() -> None:
+        while not events.empty():
+            ctx.emit(**events.get_nowait())
+
+    with attach_block(spec) as block:
+        warm_up(config, load_data(config.data_spec), block)  # build data and compile once, before the threads
+
+        def body(rank: int) -> None:
+            try:
+                results[rank] = rank_loop(config, block, rank, world, lambda **e: events.put(e), stop.is_set, ctx.t0)
+            except BaseException as exc:  # re-raised in the task below
+                errors.append(exc)
+                stop.set()
+
+        threads = [threading.Thread(target=body, args=(r,), name=f"hogwild-{r}", daemon=True) for r in ranks]
+        for t in threads:
+            t.start()
+        while alive := [t for t in threads if t.is_alive()]:
+            alive[0].join(0.02)
+            forward()
+            if ctx.should_stop():
+                stop.set()
+        forward()
+    if errors:
+        raise errors[0]
+    return [results[r] for r in ranks if r in results]
+
+
+def process_task(ctx: WorkerContext, config: AnyConfig, spec: BlockSpec) -> dict[str, Any] | None:
+    """Processes backend: this dask worker process is rank ctx.rank."""
+    done = _run_ranks_in_threads(ctx, config, spec, [ctx.rank], ctx.world)
+    return done[0] if done else None
+
+
+def threads_task(ctx: WorkerContext, config: AnyConfig, spec: BlockSpec) -> list[dict[str, Any]]:
+    """Threads backend: config.workers ranks as threads of this one process (the kernels release the GIL)."""
+    return _run_ranks_in_threads(ctx, config, spec, list(range(config.workers)), config.workers)

@@ -1,0 +1,194 @@
+"""Chapter 02 without a cluster: configs, kernels against the plain-Python oracle, the shared block, the mutex."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import threading
+
+import numpy as np
+import pytest
+
+from dsgd_teach.hogwild import CountingConfig, HogwildConfig, kernels, leftover_blocks, reference
+from dsgd_teach.hogwild.mutex import ROBUST
+from dsgd_teach.hogwild.problem import DataSpec, epoch_order, kernel_arrays, load_data, shard_rows
+from dsgd_teach.hogwild.shm import attach_block, create_block
+
+pytestmark = pytest.mark.timeout(120)
+
+SPARSE = DataSpec("sparse", 1500, 400, 0.02, 5)
+DENSE = DataSpec("dense", 800, 12, 1.0, 5)
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"workers": 0}, "workers"),
+        ({"workers": -2}, "workers"),
+        ({"density": 0.0}, "density"),
+        ({"density": 1.5}, "density"),
+        ({"density": -0.1}, "density"),
+        ({"lr": 0.0}, "lr"),
+        ({"epochs": 0}, "epochs"),
+        ({"backend": "gpu"}, "backend"),
+        ({"dataset": "digits"}, "dataset"),
+        ({"lock": "yes"}, "lock"),
+        ({"n_samples": 1_000_000, "density": 1.0}, "n_samples * n_features * density"),
+    ],
+)
+def test_bad_config_names_the_field(changes: dict, field: str) -> None:
+    with pytest.raises(ValueError, match=field.replace("*", r"\*")):
+        HogwildConfig(**changes)
+
+
+def test_counting_config_validates_too() -> None:
+    with pytest.raises(ValueError, match="passes"):
+        CountingConfig(passes=0)
+    with pytest.raises(ValueError, match="density"):
+        CountingConfig(density=2.0)
+
+
+@pytest.mark.parametrize("spec", [SPARSE, DENSE], ids=["sparse", "dense"])
+def test_kernel_reproduces_the_python_oracle_bit_for_bit(spec: DataSpec) -> None:
+    data = load_data(spec)
+    w = np.zeros(data.n_features)
+    kernel = kernels.sparse_sgd if data.sparse else kernels.dense_sgd
+    for epoch in range(2):
+        kernel(w, *kernel_arrays(data), epoch_order(0, data.n_train, epoch, 9, 0), 0.7)
+    oracle = reference.sequential_sgd(data, 0.7, epochs=2, seed=9)
+    assert np.array_equal(w, oracle)
+    assert kernels.mean_loss(w, data.X, data.y) < np.log(2) - 0.05  # it learned something
+
+
+def test_locked_kernel_equals_lock_free_kernel_on_one_thread() -> None:
+    data = load_data(SPARSE)
+    order = epoch_order(0, data.n_train, 0, 1, 0)
+    with create_block([("w", "f8", data.n_features)]) as block:
+        free = np.zeros(data.n_features)
+        kernels.sparse_sgd(free, *kernel_arrays(data), order, 0.5)
+        kernels.sparse_sgd_locked(block["w"], *kernel_arrays(data), order, 0.5, np.uint64(block.mutex_address))
+        assert np.array_equal(block["w"], free)
+
+
+def test_shards_are_disjoint_and_orders_are_permutations() -> None:
+    bounds = [shard_rows(1001, r, 3) for r in range(3)]
+    assert bounds[0][0] == 0 and bounds[-1][1] == 1001
+    assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:], strict=False))
+    order = epoch_order(10, 50, 3, 0, 1)
+    assert sorted(order) == list(range(10, 50))
+    assert not np.array_equal(order, epoch_order(10, 50, 4, 0, 1))
+
+
+def test_block_is_shared_zeroed_and_unlinked() -> None:
+    before = leftover_blocks()
+    with create_block([("w", "f8", 10), ("ready", "i8", 3)]) as block:
+        name = block.spec.name
+        assert name in leftover_blocks()
+        assert not block["w"].any() and block["ready"].shape == (3,)
+        with attach_block(block.spec) as other:
+            other["w"][4] = 2.5
+        assert block["w"][4] == 2.5
+    assert name not in leftover_blocks()
+    assert leftover_blocks() == before
+
+
+def test_block_is_unlinked_when_the_body_raises() -> None:
+    with pytest.raises(RuntimeError, match="boom"):
+        with create_block([("w", "f8", 10)]) as block:
+            name = block.spec.name
+            raise RuntimeError("boom")
+    assert name not in leftover_blocks()
+    with pytest.raises(RuntimeError, match="no longer exists"):
+        with attach_block(block.spec):
+            pass
+
+
+def test_an_independent_process_attaching_neither_unlinks_nor_warns(tmp_path) -> None:  # noqa: ANN001
+    """A process with its own resource tracker (like a worker of an external cluster) must leave the block be."""
+    with create_block([("w", "f8", 4)]) as block:
+        script = textwrap.dedent(
+            f"""
+            from dsgd_teach.hogwild.shm import BlockSpec, attach_block
+
+            with attach_block(BlockSpec({block.spec.name!r}, (("w", "f8", 4),))) as block:
+                block["w"][0] += 1.0
+            print("ok")
+            """
+        )
+        path = tmp_path / "attach_child.py"
+        path.write_text(script)
+        for _ in range(2):
+            out = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=90)
+            assert out.returncode == 0, out.stderr
+            assert "ok" in out.stdout
+            assert "resource_tracker" not in out.stderr and "leaked" not in out.stderr, out.stderr
+            assert block.spec.name in leftover_blocks()
+        assert block["w"][0] == 2.0
+    assert block.spec.name not in leftover_blocks()
+
+
+def _count_in_threads(locked: bool, threads: int, passes: int) -> tuple[int, int]:
+    data = load_data(DataSpec("sparse", 4000, 50, 0.2, 0))
+    indptr, indices = kernel_arrays(data)[:2]
+    with create_block([("counts", "i8", data.n_features)]) as block:
+        mutex = np.uint64(block.mutex_address)
+
+        def work(rank: int, counts: np.ndarray) -> None:
+            start, stop = shard_rows(data.n_train, rank, threads)
+            rows = np.arange(start, stop, dtype=np.int64)
+            for _ in range(passes):
+                if locked:
+                    kernels.count_hits_locked(counts, indptr, indices, rows, mutex)
+                else:
+                    kernels.count_hits(counts, indptr, indices, rows)
+
+        pool = [threading.Thread(target=work, args=(r, block["counts"])) for r in range(threads)]
+        for t in pool:
+            t.start()
+        for t in pool:
+            t.join()
+        del pool
+        landed = int(block["counts"].sum())
+    return int(reference.sequential_counts(data, passes).sum()), landed
+
+
+def test_locked_counter_loses_nothing_across_threads() -> None:
+    intended, landed = _count_in_threads(locked=True, threads=4, passes=30)
+    assert landed == intended
+
+
+def test_lock_free_counter_never_gains_and_one_thread_is_exact() -> None:
+    intended, landed = _count_in_threads(locked=False, threads=4, passes=30)
+    assert 0 < landed <= intended
+    assert _count_in_threads(locked=False, threads=1, passes=3)[1] == _count_in_threads(False, 1, 3)[0]
+
+
+@pytest.mark.skipif(not ROBUST, reason="robust mutexes are a Linux feature")
+@pytest.mark.timeout(90)
+def test_a_lock_whose_holder_died_is_recovered_not_waited_for(tmp_path) -> None:  # noqa: ANN001
+    """A worker killed while holding the lock must not hang the others (the mutex is robust)."""
+    with create_block([("counts", "i8", 4)]) as block:
+        script = textwrap.dedent(
+            f"""
+            import os
+            import numpy as np
+            from dsgd_teach.hogwild.mutex import acquire
+            from dsgd_teach.hogwild.shm import BlockSpec, attach_block
+
+            with attach_block(BlockSpec({block.spec.name!r}, (("counts", "i8", 4),))) as block:
+                acquire(np.uint64(block.mutex_address))
+                block["counts"][0] = 7
+                os._exit(0)  # dies holding the lock
+            """
+        )
+        path = tmp_path / "die_holding_lock.py"
+        path.write_text(script)
+        out = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        assert block["counts"][0] == 7
+        rows = np.array([0], dtype=np.int64)
+        indptr, indices = np.array([0, 2], dtype=np.int32), np.array([1, 2], dtype=np.int32)
+        kernels.count_hits_locked(block["counts"], indptr, indices, rows, np.uint64(block.mutex_address))
+        kernels.count_hits_locked(block["counts"], indptr, indices, rows, np.uint64(block.mutex_address))
+        assert list(block["counts"]) == [7, 2, 2, 0]
