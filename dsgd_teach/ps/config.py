@@ -1,0 +1,77 @@
+"""The frozen configs of chapter 03: Downpour SGD and the synchronous parameter server it is contrasted with."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..config import Config, check_choice, check_float, check_int
+from ..data import DATASETS
+from ..models import MODELS
+from ..problem import ProblemSpec
+from .optimizers import OPTIMIZERS
+
+
+@dataclass(frozen=True)
+class PSConfig(Config):
+    """Fields shared by both parameter-server runs: problem, replicas, shards, server rule, faults, timeouts."""
+
+    dataset: str = "digits"
+    model: str = "logreg"
+    replicas: int = 2
+    shards: int = 2
+    optimizer: str = "sgd"
+    lr: float = 0.2
+    batch_size: int = 32
+    steps: int = 200
+    eval_every: int = 20
+    seed: int = 0
+    n_samples: int | None = None
+    checkpoint_every: int = 0
+    timeout_s: float = 10.0
+
+    def validate(self) -> None:
+        check_choice("dataset", self.dataset, DATASETS)
+        check_choice("model", self.model, MODELS)
+        check_int("replicas", self.replicas, 1, 16)
+        check_int("shards", self.shards, 1, 16)
+        check_choice("optimizer", self.optimizer, OPTIMIZERS)
+        check_float("lr", self.lr, 0.0, 100.0, lo_open=True)
+        check_int("batch_size", self.batch_size, 1, 1_000_000)
+        check_int("steps", self.steps, 1, 1_000_000)
+        check_int("eval_every", self.eval_every, 1, 1_000_000)
+        check_int("seed", self.seed, 0, 2**31 - 1)
+        if self.n_samples is not None:
+            check_int("n_samples", self.n_samples, 10, 1_000_000)
+        check_int("checkpoint_every", self.checkpoint_every, 0, 1_000_000)
+        check_float("timeout_s", self.timeout_s, 0.5, 600.0)
+
+    @property
+    def problem(self) -> ProblemSpec:
+        return ProblemSpec(self.dataset, self.model, self.seed, self.n_samples)
+
+    @property
+    def workers(self) -> int:
+        """Workers the run needs (one per replica; shards share them): the widget panel resizes to this."""
+        return self.replicas
+
+
+@dataclass(frozen=True)
+class DownpourConfig(PSConfig):
+    """Downpour SGD: each replica fetches every n_fetch of its steps and pushes its summed gradients every n_push.
+
+    `steps` counts each replica's own minibatch steps. checkpoint_every > 0 makes every shard checkpoint after
+    that many updates, so a shard whose worker dies is restored; with 0 such a run stops with an error.
+    """
+
+    n_fetch: int = 1
+    n_push: int = 1
+
+    def validate(self) -> None:
+        super().validate()
+        check_int("n_fetch", self.n_fetch, 1, self.steps)
+        check_int("n_push", self.n_push, 1, self.steps)
+
+
+@dataclass(frozen=True)
+class SyncPSConfig(PSConfig):
+    """Synchronous parameter server: every step all replicas push, each shard applies their mean, all wait."""
