@@ -1,0 +1,183 @@
+"""Asynchronous SGD on the cluster: every worker pushes as soon as its gradient is ready, nobody waits.
+
+Each gradient was computed from parameters some updates old; its staleness (version_applied - 1 - version_read)
+is measured exactly at the server. Two options tame it: the staleness-aware step lr / max(1, staleness)
+(Zhang et al. 2015) and a staleness bound (StalenessGate). The default server is this chapter's AsyncServer actor,
+which decides both atomically when a gradient lands; server="ps" reuses chapter 03's ShardedServer instead
+(plain asynchronous SGD only: its push takes the step scale before the staleness is known).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from distributed import Client
+
+from ..config import check_bool, check_choice, check_int
+from ..live import WorkerContext, pick_workers, run_live
+from ..models import loss_and_grad
+from ..problem import get_problem
+from ..sgd import batch_indices
+from ..trace import OnUpdate, Result
+from .actors import AsyncServer
+from .settings import ChapterConfig, EvalRecorder, check_cluster, summarize
+
+SERVERS = ("gate", "ps")
+
+
+@dataclass(frozen=True)
+class AsyncConfig(ChapterConfig):
+    """Asynchronous SGD: `steps` updates in total from `workers` processes; optional staleness rule and bound."""
+
+    staleness_aware: bool = False
+    staleness_bound: int | None = None
+    server: str = "gate"
+
+    def validate(self) -> None:
+        super().validate()
+        check_bool("staleness_aware", self.staleness_aware)
+        if self.staleness_bound is not None:
+            check_int("staleness_bound", self.staleness_bound, 0, 1000)
+        check_choice("server", self.server, SERVERS)
+        if self.server == "ps" and (self.staleness_aware or self.staleness_bound is not None):
+            raise ValueError(
+                "server='ps' runs plain asynchronous SGD only; use server='gate' for staleness_aware or "
+                "staleness_bound"
+            )
+
+
+def _retry(ctx: WorkerContext, server: Any, call: Any, timeout_s: float) -> Any:
+    """Repeat a gated call while it answers 'pending', polling the stop flag; bounded by timeout_s."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        out = call().result(timeout=30)
+        status = out[0] if isinstance(out, tuple) else out["status"]
+        if status != "pending":
+            return out
+        if ctx.should_stop():
+            server.stop_all().result(timeout=30)
+        elif time.monotonic() > deadline:
+            server.stop_all().result(timeout=30)
+            raise TimeoutError(f"rank {ctx.rank}: the server kept it waiting for {timeout_s:.0f} s")
+
+
+def _async_worker(ctx: WorkerContext, config: AsyncConfig, server: Any) -> int:
+    """One rank's loop against AsyncServer: read, compute, inject delay, write; returns gradients applied."""
+    problem = get_problem(config.problem)
+    shard = problem.train_shard(ctx.rank, config.world)
+    delays = config.delay_model()
+    k = 0
+    deadline = time.monotonic() + config.timeout_s
+    while not server.join(ctx.rank).result(timeout=30):  # start together: nobody races ahead while others load
+        if ctx.should_stop() or time.monotonic() > deadline:
+            server.stop_all().result(timeout=30)
+            break
+    while True:
+        if ctx.should_stop():
+            server.stop_all().result(timeout=30)
+            break
+        t0 = time.perf_counter()
+        status, version, w = _retry(ctx, server, lambda: server.pull(ctx.rank), config.timeout_s)
+        if status != "run":
+            break
+        t_begin, t1 = time.time() - ctx.t0, time.perf_counter()
+        idx = batch_indices(shard.n_samples, config.batch_size, k, config.seed + ctx.rank)
+        loss, grad = loss_and_grad(problem.model, w, shard.X[idx], shard.y[idx])
+        compute_s = time.perf_counter() - t1
+        delay = delays.delay(ctx.rank, k)
+        if delay > 0:
+            time.sleep(delay)  # injected straggler delay, recorded as injected_delay
+        t2 = time.perf_counter()
+        receipt = _retry(ctx, server, lambda g=grad: server.push(ctx.rank, g), config.timeout_s)
+        if receipt["status"] != "applied":
+            break
+        applied = receipt["version_applied"]
+        snapshot = receipt.get("params")
+        ctx.emit(
+            step=k, event="push", loss=loss, version_read=receipt["version_read"], version_applied=applied,
+            staleness=receipt["staleness"], bytes_sent=receipt["bytes"] + w.nbytes, injected_delay=delay,
+            lr_scale=receipt["scale"], t_begin=t_begin, compute_s=compute_s,
+            wait_s=0.0, comm_s=(t1 - t0) + (time.perf_counter() - t2),
+            **({"params": snapshot.tolist()} if snapshot is not None else {}),
+        )
+        k += 1
+    return k
+
+
+def _ps_worker(ctx: WorkerContext, config: AsyncConfig, server: Any) -> int:
+    """One rank's loop against chapter 03's ShardedServer (plain async); stops once `steps` updates landed."""
+    problem = get_problem(config.problem)
+    shard = problem.train_shard(ctx.rank, config.world)
+    delays = config.delay_model()
+    k, next_eval = 0, config.eval_every
+    while not ctx.should_stop():
+        t0 = time.perf_counter()
+        w, versions = server.pull()
+        if ctx.rank == 0 and (versions[0] >= next_eval or versions[0] >= config.steps):
+            ctx.emit(worker=-1, step=versions[0], event="snapshot", version_applied=versions[0], params=w.tolist())
+            next_eval = (versions[0] // config.eval_every + 1) * config.eval_every
+        if versions[0] >= config.steps:
+            break
+        t_begin, t1 = time.time() - ctx.t0, time.perf_counter()
+        idx = batch_indices(shard.n_samples, config.batch_size, k, config.seed + ctx.rank)
+        loss, grad = loss_and_grad(problem.model, w, shard.X[idx], shard.y[idx])
+        compute_s = time.perf_counter() - t1
+        delay = delays.delay(ctx.rank, k)
+        if delay > 0:
+            time.sleep(delay)  # injected straggler delay, recorded as injected_delay
+        t2 = time.perf_counter()
+        receipts = server.push((ctx.rank, k), grad, versions)
+        applied = max(r["version_applied"] for r in receipts)
+        ctx.emit(
+            step=k, event="push", loss=loss, version_read=versions[0], version_applied=applied,
+            staleness=max(r["staleness"] for r in receipts), bytes_sent=sum(r["bytes"] for r in receipts) + w.nbytes,
+            injected_delay=delay, lr_scale=1.0, t_begin=t_begin, compute_s=compute_s, wait_s=0.0,
+            comm_s=(t1 - t0) + (time.perf_counter() - t2),
+        )
+        k += 1
+    return k
+
+
+def run_async(config: AsyncConfig, client: Client, on_update: OnUpdate | None = None) -> Result:
+    """Run asynchronous SGD on the cluster and return its trace (one "push" event per applied gradient)."""
+    check_cluster(client, config.world)
+    problem = get_problem(config.problem)
+    recorder = EvalRecorder(problem, on_update)
+    t_start = time.perf_counter()
+    budget = config.timeout_s + config.steps * (0.5 + 20 * config.severity) / config.workers
+    if config.server == "ps":
+        from ..ps import ShardedServer
+
+        server = ShardedServer.start(client, problem.init_params, 1, optimizer="sgd", lr=config.lr)
+        try:
+            _, stopped = run_live(client, _ps_worker, [(config, server)] * config.world, recorder, timeout_s=budget)
+            params, version = server.pull()[0], server.pull()[1][0]
+        finally:
+            server.close()
+    else:
+        future = client.submit(
+            AsyncServer, problem.init_params, config.lr, config.steps, config.staleness_bound,
+            config.staleness_aware, config.eval_every, world=config.world, actor=True, pure=False,
+            workers=pick_workers(client, 1), allow_other_workers=False,
+        )
+        server = future.result(timeout=config.timeout_s)
+        try:
+            _, stopped = run_live(client, _async_worker, [(config, server)] * config.world, recorder, timeout_s=budget)
+            params, version = server.report().result(timeout=30)
+        finally:
+            try:
+                server.stop_all().result(timeout=5)
+            except Exception:  # the actor's worker may be gone already; nothing left to wake then
+                pass
+            future.release()
+    trace = recorder.frame()
+    pushes = trace[trace.event == "push"]
+    summary = summarize(trace, t_start, {
+        "updates": int(version),
+        "mean_staleness": float(pushes.staleness.mean()) if len(pushes) else float("nan"),
+        "max_staleness": int(pushes.staleness.max()) if len(pushes) else 0,
+        "bytes_sent": int(pushes.bytes_sent.sum()) if len(pushes) else 0,
+    })
+    return Result(config, trace, summary, params, stopped)

@@ -1,0 +1,73 @@
+"""Straggler models: how long a worker is held up, on purpose, at a given step (recorded as `injected_delay`).
+
+Every delay is a deterministic function of (seed, rank, step), so a run can be replayed and a test can script the
+arrival order. The delay is injected after the gradient is computed, so the trace separates real compute from
+the straggling we added to study it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..config import check_choice, check_float, check_int
+
+STRAGGLER_MODELS = ("none", "exponential", "lognormal", "slow_worker")
+
+#: Shape of the log-normal tail: median ~ 0.32 x mean, 99th percentile ~ 11 x mean (a heavy tail).
+LOGNORMAL_SIGMA = 1.5
+
+
+@dataclass(frozen=True)
+class DelayModel:
+    """Injected delay (seconds) per (rank, step): none, an exponential or log-normal tail, or one slow worker.
+
+    `severity` is the mean extra delay in seconds for the random tails, and the fixed delay of the slow worker
+    (the last rank). A `script` (per rank, a sequence of per-step delays; steps past its end get 0) overrides
+    the model: tests use it to fix the arrival order.
+    """
+
+    kind: str = "none"
+    severity: float = 0.0
+    seed: int = 0
+    world: int = 1
+    script: tuple[tuple[float, ...], ...] | None = None
+
+    def __post_init__(self) -> None:
+        check_choice("straggler", self.kind, STRAGGLER_MODELS)
+        check_float("severity", self.severity, 0.0, 10.0)
+        check_int("seed", self.seed, 0, 2**31 - 1)
+        check_int("world", self.world, 1, 64)
+        if self.script is not None:
+            validate_script(self.script, self.world)
+
+    def delay(self, rank: int, step: int) -> float:
+        """Seconds of injected delay for rank at step (0.0 when there is none)."""
+        if self.script is not None:
+            row = self.script[rank]
+            return float(row[step]) if step < len(row) else 0.0
+        if self.kind == "none" or self.severity == 0.0:
+            return 0.0
+        if self.kind == "slow_worker":
+            return float(self.severity) if rank == self.world - 1 else 0.0
+        rng = np.random.default_rng([self.seed, rank, step])
+        if self.kind == "exponential":
+            return float(rng.exponential(self.severity))
+        z = rng.standard_normal()
+        return float(self.severity * np.exp(LOGNORMAL_SIGMA * z - LOGNORMAL_SIGMA**2 / 2))
+
+
+def validate_script(script: Sequence[Sequence[float]], world: int) -> None:
+    """Raise ValueError unless script has one row of non-negative, finite delays (<= 10 s) per rank."""
+    if len(script) != world:
+        raise ValueError(f"delay_script must have one row per worker ({world}), got {len(script)}")
+    for rank, row in enumerate(script):
+        for step, value in enumerate(row):
+            check_float(f"delay_script[{rank}][{step}]", value, 0.0, 10.0)
+
+
+def as_script(rows: Sequence[Sequence[float]] | None) -> tuple[tuple[float, ...], ...] | None:
+    """A hashable, frozen copy of a delay script (or None)."""
+    return None if rows is None else tuple(tuple(float(v) for v in row) for row in rows)

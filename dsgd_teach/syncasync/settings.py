@@ -1,0 +1,133 @@
+"""Config fields shared by this chapter's experiments, their validation, and the driver-side evaluation hook."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from distributed import Client
+
+from ..cluster import worker_addresses
+from ..config import Config, check_choice, check_float, check_int
+from ..data import DATASETS
+from ..models import MODELS
+from ..problem import Problem, ProblemSpec
+from ..trace import OnUpdate, TraceRecorder
+from .delays import STRAGGLER_MODELS, DelayModel, as_script, validate_script
+
+MAX_WORKERS = 16
+
+
+@dataclass(frozen=True)
+class ChapterConfig(Config):
+    """Fields every sync/async experiment has: the problem, the optimiser, the straggler model, the budget."""
+
+    dataset: str = "digits"
+    model: str = "logreg"
+    lr: float = 0.5
+    batch_size: int = 32
+    workers: int = 2
+    steps: int = 100
+    straggler: str = "none"
+    severity: float = 0.0
+    delay_script: tuple[tuple[float, ...], ...] | None = None
+    eval_every: int = 10
+    seed: int = 0
+    n_samples: int | None = None
+    timeout_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        if self.delay_script is not None and not isinstance(self.delay_script, tuple):
+            try:
+                object.__setattr__(self, "delay_script", as_script(self.delay_script))
+            except TypeError as exc:
+                raise ValueError(f"delay_script must be a list of per-worker lists of seconds: {exc}") from exc
+        super().__post_init__()
+
+    def validate(self) -> None:
+        check_choice("dataset", self.dataset, DATASETS)
+        check_choice("model", self.model, MODELS)
+        check_float("lr", self.lr, 0.0, 100.0, lo_open=True)
+        check_int("batch_size", self.batch_size, 1, 1_000_000)
+        check_int("workers", self.workers, 1, MAX_WORKERS)
+        check_int("steps", self.steps, 1, 1_000_000)
+        check_choice("straggler", self.straggler, STRAGGLER_MODELS)
+        check_float("severity", self.severity, 0.0, 10.0)
+        check_int("eval_every", self.eval_every, 1, 1_000_000)
+        check_int("seed", self.seed, 0, 2**31 - 1)
+        if self.n_samples is not None:
+            check_int("n_samples", self.n_samples, 10, 1_000_000)
+        check_float("timeout_s", self.timeout_s, 1.0, 3600.0)
+        if self.delay_script is not None:
+            validate_script(self.delay_script, self.world)
+
+    @property
+    def world(self) -> int:
+        """Worker processes the run uses (subclasses add backups)."""
+        return self.workers
+
+    @property
+    def problem(self) -> ProblemSpec:
+        return ProblemSpec(self.dataset, self.model, self.seed, self.n_samples)
+
+    def delay_model(self) -> DelayModel:
+        """The straggler model of this run over all its worker processes."""
+        return DelayModel(self.straggler, self.severity, self.seed, self.world, self.delay_script)
+
+
+def check_cluster(client: Client, world: int) -> None:
+    """Refuse clearly when the cluster has fewer workers than ranks that must run at the same time."""
+    n = len(worker_addresses(client))
+    try:  # ask the scheduler itself: the client's cached scheduler_info() may lack per-worker entries
+        info = client.sync(client.scheduler.identity, n_workers=-1)
+    except TypeError:  # distributed versions whose identity() takes no n_workers
+        info = client.sync(client.scheduler.identity)
+    paused = [a for a, w in info["workers"].items() if w.get("status") == "paused"]
+    if paused:
+        raise RuntimeError(
+            f"worker(s) {', '.join(paused)} are paused by dask's memory monitor (memory above the pause fraction "
+            "of their limit), so they accept no new tasks; use fewer workers or restart the cluster"
+        )
+    if n < world:
+        raise ValueError(
+            f"this run needs {world} worker processes running at once but the cluster has {n}; "
+            f"call client.resize({world}) first (or use fewer workers/backups)"
+        )
+
+
+class EvalRecorder(TraceRecorder):
+    """A TraceRecorder that evaluates parameter snapshots riding on events (key `params`) on the driver.
+
+    Workers attach a snapshot every eval_every steps; the driver turns it into an "eval" event with the full
+    training loss and the test accuracy, so the cluster never pays for evaluation.
+    """
+
+    def __init__(self, problem: Problem, on_update: OnUpdate | None = None) -> None:
+        super().__init__(on_update)
+        self.problem = problem
+
+    def record(self, **event: Any) -> dict[str, Any]:
+        params = event.pop("params", None)
+        row = super().record(**event)
+        if params is not None:
+            metrics = self.problem.evaluate(np.asarray(params, dtype=np.float32))
+            super().record(
+                time=row["time"], step=row["step"], event="eval", loss=metrics["train_loss"],
+                version_applied=row.get("version_applied", -1), **metrics,
+            )
+        return row
+
+
+def summarize(trace: Any, t_start: float, extra: dict[str, float]) -> dict[str, float]:
+    """Summary metrics common to every run of the chapter."""
+    evals = trace[trace.event == "eval"]
+    return {
+        "wall_s": time.perf_counter() - t_start,
+        "final_train_loss": float(evals.train_loss.iloc[-1]) if len(evals) else float("nan"),
+        "final_test_accuracy": float(evals.test_accuracy.iloc[-1]) if len(evals) else float("nan"),
+        "injected_delay_s": float(trace.injected_delay.sum()) if len(trace) else 0.0,
+        **extra,
+    }
+
