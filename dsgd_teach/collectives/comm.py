@@ -1,0 +1,82 @@
+"""Point-to-point messages that count themselves: every send and receive is logged with its bytes and step.
+
+The hand-written allreduces talk only through Comm.exchange, so the log is a complete record of who sent how
+many bytes to whom in which communication step; each wait is bounded by the group's timeout.
+"""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass
+class Comm:
+    """This rank's handle on the process group: exchange() for messages, `log` for what was sent and received."""
+
+    rank: int
+    world: int
+    device: torch.device
+    timeout_s: float
+    log: list[dict[str, Any]] = field(default_factory=list)
+
+    def exchange(
+        self,
+        send: torch.Tensor | None = None,
+        dst: int | None = None,
+        recv: torch.Tensor | None = None,
+        src: int | None = None,
+        *,
+        step: int,
+        phase: str,
+        chunk: int = -1,
+    ) -> None:
+        """Send `send` to dst and receive into `recv` from src at the same time (either may be None or empty).
+
+        Posting both before waiting is what keeps a ring from deadlocking: everybody sends and receives together.
+        """
+        ops = []
+        if recv is not None and recv.numel() > 0:
+            ops.append(dist.P2POp(dist.irecv, recv, src))
+            self._note("recv", src, recv, step, phase, chunk)
+        if send is not None and send.numel() > 0:
+            ops.append(dist.P2POp(dist.isend, send, dst))
+            self._note("send", dst, send, step, phase, chunk)
+        if not ops:
+            return
+        if self.device.type == "cuda":
+            # NCCL must launch the pair together (one group call), or two ranks sending to each other deadlock.
+            works = dist.batch_isend_irecv(ops)
+        else:
+            # gloo queues non-blocking ops independently; plain isend/irecv skip batch_isend_irecv's overhead.
+            works = [op.op(op.tensor, op.peer) for op in ops]
+        self.wait_all(works)
+
+    def wait_all(self, works: list[Any]) -> None:
+        """Wait for pending operations, failing after the group's timeout instead of hanging."""
+        timeout = datetime.timedelta(seconds=self.timeout_s)
+        for work in works:
+            if not work.wait(timeout=timeout):
+                raise TimeoutError(f"rank {self.rank}: a message did not complete within {self.timeout_s} s")
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def _note(self, direction: str, peer: int | None, tensor: torch.Tensor, step: int, phase: str, chunk: int) -> None:
+        src, dst = (self.rank, peer) if direction == "send" else (peer, self.rank)
+        self.log.append({
+            "rank": self.rank, "direction": direction, "src": src, "dst": dst, "step": step, "phase": phase,
+            "chunk": chunk, "elements": int(tensor.numel()), "bytes": int(tensor.numel() * tensor.element_size()),
+        })
+
+    def take_log(self) -> list[dict[str, Any]]:
+        """The messages logged since the last call (and clear the log)."""
+        out, self.log = self.log, []
+        return out
+
+    def bytes_sent(self) -> int:
+        """Bytes this rank has sent since the log was last taken."""
+        return sum(m["bytes"] for m in self.log if m["direction"] == "send")

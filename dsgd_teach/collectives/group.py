@@ -1,0 +1,164 @@
+"""Process-group lifecycle: one torch.distributed rank per dask worker, formed for a run and always torn down.
+
+The driver picks the workers, finds a free port on the rank-0 worker's host, and runs a task per rank through
+`dsgd_teach.live.run_live`; each task joins the group (gloo on CPU, NCCL on GPU) with a timeout, does its work
+and calls destroy_process_group in a `finally`, so a failed or stopped run leaves no group, port or thread behind.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlparse
+
+import torch
+import torch.distributed as dist
+from distributed import Client
+
+from ..cluster import worker_addresses
+from ..live import WorkerContext, run_live
+from ..trace import TraceRecorder
+from .comm import Comm
+
+DEVICES = ("auto", "cpu", "cuda")
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    """Everything a rank needs to join: rendezvous host and port, world size, backend, device, timeout."""
+
+    host: str
+    port: int
+    world: int
+    backend: str  # "gloo" or "nccl"
+    devices: tuple[str, ...]  # torch device of each rank, e.g. ("cpu", "cpu") or ("cuda:0", "cuda:1")
+    timeout_s: float
+
+
+def find_free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port on host that nobody listens on right now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def port_is_free(host: str, port: int) -> bool:
+    """True when a server could listen on host:port now (SO_REUSEADDR, so closed connections don't count)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+            sock.listen(1)
+        except OSError:
+            return False
+    return True
+
+
+def worker_host(address: str) -> str:
+    """The host part of a dask worker address such as tcp://127.0.0.1:40123."""
+    return urlparse(address).hostname or "127.0.0.1"
+
+
+def _gpu_count() -> int:
+    """GPUs this worker process can see (0 without CUDA)."""
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def ensure_workers(client: Client, n: int) -> list[str]:
+    """Addresses of n workers that can run ranks at once: grows a course cluster, else raises a clear error."""
+    have = worker_addresses(client)
+    if len(have) < n:
+        try:
+            client.resize(n)  # type: ignore[attr-defined]
+        except (AttributeError, RuntimeError) as exc:
+            raise ValueError(
+                f"{n} ranks must run at the same time, one per worker, but the cluster has {len(have)} worker(s) "
+                f"and cannot be resized here ({exc}); start it with at least {n} workers"
+            ) from exc
+        have = worker_addresses(client)
+    return have[:n]
+
+
+def plan_group(client: Client, world: int, device: str = "auto", timeout_s: float = 30.0) -> GroupSpec:
+    """Choose workers, backend and devices for a world of `world` ranks, and a free port on rank 0's host."""
+    if device not in DEVICES:
+        raise ValueError(f"device must be one of {DEVICES}, got {device!r}")
+    addresses = ensure_workers(client, world)
+    setup_s = max(60.0, timeout_s)  # first tasks import torch on the workers: slow on a busy laptop
+    probes = [client.submit(_gpu_count, workers=[a], pure=False) for a in addresses]
+    gpus = [f.result(timeout=setup_s) for f in probes]
+    info = getattr(client, "info", None)
+    one_gpu_per_worker = getattr(info, "kind", "") == "cuda"
+    enough = all(g > 0 for g in gpus) and (one_gpu_per_worker or world <= min(gpus))
+    if device == "cuda" and not enough:
+        raise ValueError(f"device='cuda' needs a GPU per rank; the workers see {gpus} GPU(s)")
+    use_cuda = device == "cuda" or (device == "auto" and enough)
+    if use_cuda:
+        devices = tuple("cuda:0" if one_gpu_per_worker else f"cuda:{r}" for r in range(world))
+    else:
+        devices = ("cpu",) * world
+    host = worker_host(addresses[0])
+    port = client.submit(find_free_port, host, workers=[addresses[0]], pure=False).result(timeout=setup_s)
+    return GroupSpec(host, port, world, "nccl" if use_cuda else "gloo", devices, timeout_s)
+
+
+@contextmanager
+def process_group(spec: GroupSpec, rank: int) -> Iterator[Comm]:
+    """Join the group as `rank` (bounded by spec.timeout_s) and yield a byte-counting Comm; always destroys it."""
+    device = torch.device(spec.devices[rank])
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    timeout = datetime.timedelta(seconds=spec.timeout_s)
+    extra = {"device_id": device} if device.type == "cuda" else {}
+    dist.init_process_group(
+        spec.backend, init_method=f"tcp://{spec.host}:{spec.port}", rank=rank, world_size=spec.world,
+        timeout=timeout, **extra,
+    )
+    try:
+        yield Comm(rank, spec.world, device, spec.timeout_s)
+    finally:
+        dist.destroy_process_group()
+
+
+def _group_task(ctx: WorkerContext, spec: GroupSpec, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    """Worker side of run_in_group: join, run fn(ctx, comm, *args), leave."""
+    with process_group(spec, ctx.rank) as comm:
+        return fn(ctx, comm, *args)
+
+
+def run_in_group(
+    client: Client,
+    spec: GroupSpec,
+    fn: Callable[..., Any],
+    args_per_rank: Sequence[tuple[Any, ...]],
+    recorder: TraceRecorder,
+    run_timeout_s: float,
+) -> tuple[list[Any], bool]:
+    """Run fn(ctx, comm, *args) on every rank concurrently inside one process group; (results, stopped).
+
+    Each rank's collectives fail after spec.timeout_s, and the driver gives up after run_timeout_s, so a bug
+    (a message nobody receives) ends in an error, never a hang.
+    """
+    if len(args_per_rank) != spec.world:
+        raise ValueError(f"need one argument tuple per rank ({spec.world}), got {len(args_per_rank)}")
+    return run_live(
+        client, _group_task, [(spec, fn, args) for args in args_per_rank], recorder, timeout_s=run_timeout_s
+    )
+
+
+def worker_thread_counts(client: Client) -> dict[str, tuple[int, int]]:
+    """(Python threads, OS threads) of every worker process: tests use it to check nothing is left running."""
+
+    def counts() -> tuple[int, int]:
+        import threading
+
+        import psutil
+
+        return threading.active_count(), psutil.Process(os.getpid()).num_threads()
+
+    return client.run(counts)
