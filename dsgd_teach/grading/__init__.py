@@ -1,0 +1,1 @@
+"""Graded assignments: student-facing checks, and a batch grader whose verdicts are computed outside the student's kernel."""

@@ -1,0 +1,58 @@
+"""Time grading a class: 30 submissions of one assignment (solutions, stubs and wrong answers), sequentially.
+
+Run: python -m dsgd_teach.grading.bench [N] [ASSIGNMENT] [JOBS]. Kernel start-up dominates, so the figure scales
+with the machine's load; `per_notebook_s` is the number to compare.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import nbformat
+
+from .batch import Limits, grade_batch
+from .notebook import find_assignments, nbgrader_meta
+from .paths import default_source_dir
+
+_SOLUTION = re.compile(r"### BEGIN SOLUTION.*?### END SOLUTION", re.S)
+
+
+def _variant(nb_path: Path, kind: str, dest: Path) -> None:
+    """A submission: the solution ("good"), stubs like nbgrader's ("stub"), or answers returning None ("wrong")."""
+    nb = nbformat.read(str(nb_path), as_version=4)
+    for cell in nb.cells:
+        if nbgrader_meta(cell).get("solution") and kind != "good":
+            body = "raise NotImplementedError()" if kind == "stub" else "return None"
+            cell.source = _SOLUTION.sub(body, cell.source)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, str(dest))
+
+
+def measure(n: int = 30, assignment: str = "ps01_sgd", jobs: int = 1) -> dict[str, float]:
+    """Grade n submissions (2/3 good, 1/6 stubs, 1/6 wrong) and report wall-clock figures."""
+    source = default_source_dir()
+    if source is None:
+        raise RuntimeError("course/assignments/source not found")
+    nb_path = find_assignments(source)[assignment]
+    with tempfile.TemporaryDirectory(prefix="dsgd-grade-bench-") as tmp:
+        subs = Path(tmp) / "subs"
+        for i in range(n):
+            kind = "good" if i % 6 < 4 else ("stub" if i % 6 == 4 else "wrong")
+            _variant(nb_path, kind, subs / f"student{i:03d}_{kind}" / f"{assignment}.ipynb")
+        t0 = time.perf_counter()
+        graded = grade_batch(subs, source, Path(tmp) / "out", assignment=assignment, limits=Limits(), jobs=jobs,
+                             seed=1, progress=False)
+        wall = time.perf_counter() - t0
+    full = sum(all(g.points == g.max_points for g in s.grades) for s in graded)
+    return {"submissions": float(n), "jobs": float(jobs), "grade_batch_s": round(wall, 1),
+            "per_notebook_s": round(wall / (n + 1), 2), "full_marks": float(full)}
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    print(measure(int(args[0]) if args else 30, args[1] if len(args) > 1 else "ps01_sgd",
+                  int(args[2]) if len(args) > 2 else 1))

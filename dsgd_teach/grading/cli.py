@@ -1,0 +1,52 @@
+"""`dsgd-teach grade SUBMISSIONS_DIR`: grade a class against the assignment sources (entry for the main CLI)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .batch import Limits, grade_batch
+from .paths import default_source_dir
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The `grade` sub-command's arguments."""
+    p = argparse.ArgumentParser(prog="dsgd-teach grade", description="Grade submitted notebooks in sandboxed kernels.")
+    p.add_argument("submissions", type=Path, help="folder of <student>/[<assignment>/]*.ipynb or <student>.ipynb")
+    p.add_argument("--assignment", help="grade only this assignment (e.g. ps01_sgd); students without it get 0")
+    p.add_argument("--out", type=Path, default=Path("graded"), help="where grades.csv and feedback/ go")
+    p.add_argument("--source", type=Path, default=None, help="assignment sources (default: course/assignments/source)")
+    p.add_argument("--timeout", type=int, default=60, help="seconds per cell (default 60)")
+    p.add_argument("--memory-mb", type=int, default=1536, help="address-space limit per kernel (default 1536)")
+    p.add_argument("--cpu-s", type=int, default=600, help="CPU seconds per kernel (default 600)")
+    p.add_argument("--seed", type=int, default=None, help="seed for hidden-test inputs (default: random per batch)")
+    p.add_argument("--jobs", type=int, default=1, help="submissions graded at once (default 1)")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    """Run the grader; 0 when the batch completed (whatever the grades), 2 on a usage or source error."""
+    args = build_parser().parse_args(argv)
+    if not args.submissions.is_dir():
+        print(f"error: {args.submissions} is not a folder", file=sys.stderr)
+        return 2
+    source = args.source or default_source_dir()
+    if source is None or not source.is_dir():
+        print("error: assignment sources not found; pass --source DIR", file=sys.stderr)
+        return 2
+    try:
+        subs = grade_batch(args.submissions, source, args.out, assignment=args.assignment,
+                           limits=Limits(args.timeout, args.memory_mb, args.cpu_s), seed=args.seed,
+                           jobs=args.jobs, progress=not args.no_progress)
+    except (ValueError, RuntimeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    total = sum(g.points for s in subs for g in s.grades)
+    print(f"graded {len(subs)} notebook(s), {total:g} points in all -> {args.out / 'grades.csv'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

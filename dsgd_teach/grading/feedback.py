@@ -1,0 +1,31 @@
+"""Per-student feedback pages: a table of questions, points and the reason for each."""
+
+from __future__ import annotations
+
+from html import escape
+from pathlib import Path
+
+from .verdict import Grade
+
+
+def write_feedback(path: Path, student: str, assignment: str, grades: list[Grade]) -> None:
+    """Write a self-contained HTML page for one student's assignment."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    total = sum(g.points for g in grades)
+    best = sum(g.max_points for g in grades)
+    rows = "\n".join(
+        f"<tr class='{'ok' if g.points == g.max_points else 'bad'}'><td>{escape(g.question)}</td>"
+        f"<td>{g.points:g} / {g.max_points:g}</td><td><pre>{escape(g.reason)}</pre></td></tr>"
+        for g in grades
+    )
+    path.write_text(
+        "<!doctype html><html><head><meta charset='utf-8'>"
+        f"<title>{escape(assignment)}: {escape(student)}</title><style>"
+        "body{font-family:sans-serif;margin:2em} table{border-collapse:collapse} td,th{border:1px solid #ccc;"
+        "padding:.4em;vertical-align:top} tr.ok{background:#eefbea} tr.bad{background:#fdecea}"
+        "pre{white-space:pre-wrap;margin:0}</style></head><body>"
+        f"<h1>{escape(assignment)}</h1><p>Student: <b>{escape(student)}</b> &mdash; score "
+        f"<b>{total:g} / {best:g}</b></p><table><tr><th>question</th><th>points</th><th>feedback</th></tr>"
+        f"{rows}</table><p>Hidden checks are not shown; run the visible tests in your notebook for details.</p>"
+        "</body></html>"
+    )

@@ -1,0 +1,35 @@
+"""Kernel wrapper used by the grader: set resource limits, fence the process, then run a normal ipykernel.
+
+Usage (written into a private kernelspec by the worker):
+    python -m dsgd_teach.grading.kernel MEMORY_MB CPU_S WORKDIR PROTECTED_PATHS_JSON -- <ipykernel args>
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+
+def main(argv: list[str]) -> None:
+    """Apply limits and the audit hook in this process, then hand over to ipykernel."""
+    split = argv.index("--")
+    memory_mb, cpu_s, workdir, protected = argv[:split]
+    from . import sandbox
+
+    os.chdir(workdir)
+    # Warm the modules a kernel needs before the fence goes up (numpy loads native code through ctypes).
+    import ipykernel.kernelapp
+    import numpy  # noqa: F401
+
+    from . import probe  # noqa: F401
+    from .checks import check  # noqa: F401
+
+    roots = sandbox.default_read_roots()
+    sandbox.set_limits(int(memory_mb), int(cpu_s))
+    sandbox.install(workdir, roots, json.loads(protected))
+    ipykernel.kernelapp.launch_new_instance(argv=argv[split + 1:])
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,93 @@
+"""Decide each question's points in the grader's process, from what the student's and the reference kernels reported."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .notebook import Assignment
+from .values import same, show
+
+
+@dataclass(frozen=True)
+class Grade:
+    """Points for one question and why."""
+
+    question: str
+    points: float
+    max_points: float
+    reason: str
+
+
+class ReferenceError_(RuntimeError):
+    """The source notebook does not pass its own tests (an instructor error, not a student's)."""
+
+
+def check_reference(assignment: Assignment, reference: dict[str, Any]) -> None:
+    """Raise unless every test cell of the source ran cleanly and the solution matched every expected value."""
+    for q in assignment.questions:
+        ref = reference["tests"].get(q.grade_id, {})
+        bad = [r["label"] for r in ref.get("records", []) if not r.get("solution_ok")]
+        if ref.get("status") != "ok" or bad or not ref.get("records"):
+            raise ReferenceError_(
+                f"{assignment.name}: the source's own solution fails {q.grade_id} "
+                f"(status {ref.get('status')}, {ref.get('error') or ''}; failing checks: {bad})"
+            )
+
+
+def grade(assignment: Assignment, reference: dict[str, Any], student: dict[str, Any]) -> list[Grade]:
+    """One Grade per question: full points only if the test ran cleanly and every reported value matches."""
+    skipped = student.get("skipped", [])
+    notes = [f"cell {s['index'] + 1} was skipped ({s['why']})" for s in skipped if s.get("index", -1) >= 0]
+    notes += [f"cell {e['index'] + 1} raised {e['error']}" for e in student.get("cell_errors", [])[:3]]
+    note = "; ".join(notes)
+    grades = []
+    for q in assignment.questions:
+        reason = _failure(reference["tests"][q.grade_id]["records"], student.get("tests", {}).get(q.grade_id))
+        if reason and note:
+            reason += f" [{note}]"
+        grades.append(Grade(q.grade_id, 0.0 if reason else q.points, q.points, reason or "passed"))
+    flags = student.get("flags", [])
+    if flags:
+        grades.append(Grade("(integrity)", 0.0, 0.0, "FLAGGED: the sandbox denied " + "; ".join(flags[:5])))
+    return grades
+
+
+def _failure(expected: list[dict[str, Any]], result: dict[str, Any] | None) -> str:
+    """Why a test failed ('' if it passed)."""
+    if result is None:
+        return "the test cell was not run"
+    if result["status"] not in ("ok", "error"):
+        return f"{result['status']}: {result['error']}"
+    got = result.get("records", [])
+    for k, exp in enumerate(expected):
+        where = "hidden check" if exp.get("hidden") else "check"
+        if k >= len(got):
+            why = result["error"] or "no error was reported; was the test tampered with?"
+            return f"{where} '{exp['label']}' never reported a value: the test stopped early ({why})"
+        rec = got[k]
+        if not isinstance(rec, dict) or rec.get("label") != exp["label"]:
+            return f"unexpected test output instead of {where} '{exp['label']}' (tampered output?)"
+        if "error" in rec:
+            return f"{where} '{exp['label']}': {rec['error']}"
+        try:
+            ok = same(rec["value"], exp["value"], exp.get("rtol", 0.0), exp.get("atol", 0.0))
+        except (KeyError, TypeError, AttributeError):
+            ok = False
+        if not ok:
+            if exp.get("hidden"):
+                return f"hidden check '{exp['label']}' failed"
+            hint = f"; hint: {exp['hint']}" if exp.get("hint") else ""
+            return f"check '{exp['label']}' failed: expected {show(exp['value'])}, got {_show(rec)}{hint}"
+    if len(got) > len(expected):
+        return "the test reported more values than it checks (forged output?)"
+    if result["status"] != "ok":
+        return f"the test cell raised {result['error']}"
+    return ""
+
+
+def _show(rec: dict[str, Any]) -> str:
+    try:
+        return show(rec["value"])
+    except (KeyError, TypeError, AttributeError):
+        return "an unreadable value"

@@ -1,0 +1,197 @@
+"""Grade one notebook in this process: run its cells in a fresh, fenced kernel and collect what each test reported.
+
+Run as `python -m dsgd_teach.grading.worker` with a JSON job on stdin; the JSON result is the last line of stdout.
+The kernel gets an empty temporary working directory, /dev/null as stdout and a private log as stderr, so it never
+sees the job, the sources or this process's output. A cell that times out or kills the kernel is skipped: the
+kernel is restarted, the cells before it are replayed (already graded test cells are not re-run), and grading goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import nbformat
+from jupyter_client.kernelspec import KernelSpecManager
+from jupyter_client.manager import AsyncKernelManager
+from nbclient import NotebookClient
+from nbclient.exceptions import CellTimeoutError, DeadKernelError
+
+from .probe import MIME
+from .sandbox import FLAG
+
+KERNEL_NAME = "dsgd-grading"
+STUDENT_BEGINS = "DSGD-STUDENT-CODE-BEGINS"
+PREAMBLE = (
+    "from dsgd_teach.grading.probe import record as _dsgd_record, reference as _dsgd_reference\n"
+    f"__import__('os').write(2, b'\\n{STUDENT_BEGINS}\\n')"
+)
+MAX_RESTARTS = 4
+
+
+class _Client(NotebookClient):
+    """NotebookClient that keeps each cell's execute_reply, whatever the cell printed."""
+
+    replies: dict[int, dict[str, Any]]
+
+    async def _check_raise_for_error(self, cell: Any, cell_index: int, exec_reply: dict[str, Any] | None) -> None:
+        self.replies[cell_index] = (exec_reply or {}).get("content", {})
+
+
+def _kernelspec(private: Path, job: dict[str, Any], workdir: Path) -> KernelSpecManager:
+    spec_dir = private / "kernels" / KERNEL_NAME
+    spec_dir.mkdir(parents=True)
+    argv = [sys.executable, "-m", "dsgd_teach.grading.kernel", str(job["memory_mb"]), str(job["cpu_s"]),
+            str(workdir), json.dumps(job.get("protected", [])), "--", "-f", "{connection_file}",
+            "--HistoryManager.enabled=False"]
+    (spec_dir / "kernel.json").write_text(json.dumps({"argv": argv, "display_name": "grading", "language": "python"}))
+    return KernelSpecManager(kernel_dirs=[str(private / "kernels")])
+
+
+def _kernel_env(workdir: Path, seed: int) -> dict[str, str]:
+    keep = ("PATH", "LANG", "LC_ALL", "PYTHONHASHSEED")
+    env = {k: os.environ[k] for k in keep if k in os.environ}
+    env.update(HOME=str(workdir), TMPDIR=str(workdir), IPYTHONDIR=str(workdir / ".ipython"),
+               MPLCONFIGDIR=str(workdir / ".mpl"), JUPYTER_PLATFORM_DIRS="1", DSGD_GRADER_SEED=str(seed),
+               OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1", MPLBACKEND="Agg",
+               PYTHONDONTWRITEBYTECODE="1", DSGD_SMOKE="1")
+    return env
+
+
+def _test_result(cell: Any, reply: dict[str, Any] | None) -> dict[str, Any]:
+    records = [o["data"][MIME] for o in cell.get("outputs", []) if o.get("output_type") == "display_data"
+               and isinstance(o.get("data"), dict) and MIME in o["data"]]
+    reply = reply or {}
+    status = reply.get("status", "no reply")
+    return {"status": "ok" if status == "ok" else "error", "records": records,
+            "error": f"{reply.get('ename', '')}: {reply.get('evalue', '')}"[:500] if status != "ok" else ""}
+
+
+def run_job(job: dict[str, Any]) -> dict[str, Any]:
+    """Execute job["cells"] in a fenced kernel; {"tests": {grade_id: result}, "skipped": [...], "flags": [...]}."""
+    cells = job["cells"]
+    tests: dict[str, dict[str, Any]] = {}
+    skipped: list[dict[str, Any]] = []
+    private = Path(tempfile.mkdtemp(prefix="dsgd-grader-"))
+    flags: list[str] = []
+    errors: dict[int, str] = {}
+    start_failures = 0
+    try:
+        for attempt in range(MAX_RESTARTS + 1):
+            workdir = Path(tempfile.mkdtemp(prefix="dsgd-kernel-"))
+            try:
+                failed = _attempt(job, cells, tests, {s["index"] for s in skipped}, private, workdir, attempt,
+                                  flags, errors)
+            finally:
+                shutil.rmtree(workdir, ignore_errors=True)
+            if failed is None:
+                break
+            if failed["index"] < 0:
+                start_failures += 1
+                if start_failures < 2:
+                    continue  # a slow machine can miss the start-up deadline once; try a fresh kernel
+                for cell in cells:
+                    if cell.get("grade_id") and cell["grade_id"] not in tests:
+                        tests[cell["grade_id"]] = {"status": "not run", "records": [],
+                                                   "error": f"the grading kernel failed to start: {failed['detail']}"}
+                break
+            skipped.append(failed)
+            gid = cells[failed["index"]].get("grade_id")
+            if gid:
+                tests[gid] = {"status": failed["why"], "records": [], "error": failed["detail"]}
+        else:
+            for cell in cells:
+                if cell.get("grade_id") and cell["grade_id"] not in tests:
+                    tests[cell["grade_id"]] = {"status": "not run", "records": [],
+                                               "error": f"the kernel died or timed out {MAX_RESTARTS + 1} times"}
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+    return {"tests": tests, "skipped": skipped, "flags": list(dict.fromkeys(flags))[:50],
+            "cell_errors": [{"index": i, "error": e} for i, e in sorted(errors.items())]}
+
+
+def _attempt(job: dict[str, Any], cells: list[dict[str, Any]], tests: dict[str, Any], skip: set[int],
+             private: Path, workdir: Path, attempt: int, flags: list[str],
+             errors: dict[int, str]) -> dict[str, Any] | None:
+    """One kernel's run over the cells; returns the cell that killed it or timed out, else None."""
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(PREAMBLE)] + [nbformat.v4.new_code_cell(c["source"]) for c in cells]
+    ksm = _kernelspec(private / f"spec{attempt}", job, workdir)
+    km = AsyncKernelManager(kernel_name=KERNEL_NAME, kernel_spec_manager=ksm)
+    km.connection_file = str(workdir / ".kernel.json")
+    log_path = private / f"stderr{attempt}.log"
+    client = _Client(nb, km=km, timeout=job["timeout"], allow_errors=True, startup_timeout=120,
+                     shutdown_kernel="immediate", record_timing=False)
+    client.replies = {}
+    current = -1
+    try:
+        with open(log_path, "wb") as log:
+            with client.setup_kernel(cwd=str(workdir), env=_kernel_env(workdir, job["seed"]),
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log):
+                client.execute_cell(nb.cells[0], 0)
+                for i, spec in enumerate(cells):
+                    gid = spec.get("grade_id")
+                    if i in skip or (gid and gid in tests):
+                        continue
+                    current = i
+                    client.execute_cell(nb.cells[i + 1], i + 1)
+                    reply = client.replies.get(i + 1) or {}
+                    if gid:
+                        tests[gid] = _test_result(nb.cells[i + 1], reply)
+                    elif reply.get("status") != "ok":
+                        errors[i] = f"{reply.get('ename', '?')}: {reply.get('evalue', '')}"[:300]
+                current = len(cells)  # every cell ran; a failure from here on is the kernel's shutdown
+        return None
+    except (CellTimeoutError, DeadKernelError, RuntimeError) as exc:
+        return None if current == len(cells) else _failure(exc, current, job)
+    finally:
+        if log_path.exists():
+            text = log_path.read_bytes()[-200_000:].decode(errors="replace")
+            student_part = text.split(STUDENT_BEGINS, 1)[1] if STUDENT_BEGINS in text else ""
+            flags.extend(line[len(FLAG) + 1:] for line in student_part.splitlines() if line.startswith(FLAG))
+
+
+def _failure(exc: Exception, index: int, job: dict[str, Any]) -> dict[str, Any]:
+    """Describe the cell that timed out or took the kernel down (index -1: the kernel never started)."""
+    if isinstance(exc, CellTimeoutError):
+        return {"index": index, "why": "timeout", "detail": f"cell ran longer than {job['timeout']} s"}
+    if isinstance(exc, DeadKernelError):
+        return {"index": index, "why": "kernel died", "detail": _death_reason(job)}
+    return {"index": index, "why": "kernel died", "detail": f"{type(exc).__name__}: {exc}"[:300]}
+
+
+def _death_reason(job: dict[str, Any]) -> str:
+    return (f"the kernel died (os._exit, a killed kernel, {job['cpu_s']} s of CPU time, "
+            f"or {job['memory_mb']} MB of memory exceeded)")
+
+
+def main() -> None:
+    """Read a job from stdin, run it, print the result as one JSON line."""
+    job = json.loads(sys.stdin.read())
+    limit = (job["memory_mb"] + 2048) * 1024 * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    _undumpable()
+    result = run_job(job)
+    sys.stdout.write("\n" + json.dumps(result) + "\n")
+    sys.stdout.flush()
+
+
+def _undumpable() -> None:
+    """Hide this process's /proc entries (cwd, environ, memory) from other processes of the same user (Linux)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
+    except (OSError, AttributeError):
+        pass
+
+
+if __name__ == "__main__":
+    main()
