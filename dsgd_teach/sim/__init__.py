@@ -1,0 +1,47 @@
+"""A discrete-event simulator (SimPy) of the course's distributed algorithms, for up to 1000 workers.
+
+Driven by the chapters' own configs (see from_config) and returning the same Result and trace format, so the
+chapters' plots and widget panels work on simulated runs unchanged.
+"""
+
+from ..experiments import Experiment
+from .calibrate import calibrate, fit_machine, real_runs
+from .config import MAX_SIM_WORKERS, SimConfig, from_config
+from .network import AlphaBetaNet, ring_closed_form
+from .plots import (
+    plot_allreduce_vs_workers,
+    plot_calibration,
+    plot_result,
+    plot_sim_live,
+    plot_staleness_vs_workers,
+    plot_step_times,
+)
+from .run import run_simulated
+
+__all__ = [
+    "EXPERIMENTS",
+    "MAX_SIM_WORKERS",
+    "AlphaBetaNet",
+    "SimConfig",
+    "calibrate",
+    "fit_machine",
+    "from_config",
+    "plot_allreduce_vs_workers",
+    "plot_calibration",
+    "plot_result",
+    "plot_sim_live",
+    "plot_staleness_vs_workers",
+    "plot_step_times",
+    "real_runs",
+    "ring_closed_form",
+    "run_simulated",
+]
+
+EXPERIMENTS = {
+    "simulated": Experiment(
+        "simulated", SimConfig, run_simulated,
+        "discrete-event simulation of sync/async SGD or an allreduce, up to 1000 workers (no cluster needed)",
+        plot_result,
+        needs_cluster=False,
+    ),
+}

@@ -1,0 +1,67 @@
+"""The papers, reproduced at scale in the simulator (timing mode: only the clocks move, so 1000 workers are cheap).
+
+* Chen et al. (2016): 96 workers + 4 backups against 100 synchronous workers under a heavy-tailed straggler model.
+* Gupta et al. (2016), Zhang et al. (2015): the mean staleness of asynchronous SGD grows like N - 1.
+* Baidu / Horovod (Sergeev & Del Balso 2018): ring allreduce time stays flat in N, a central server's grows.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from ..trace import Result
+from .config import SimConfig
+from .run import run_simulated
+
+
+def backups_vs_sync(
+    total: int = 100, backups: int = 4, steps: int = 50, straggler: str = "lognormal", severity: float = 0.02,
+    compute_s: float = 0.05, compute_cv: float = 0.1, seed: int = 0, **fields: Any,
+) -> dict[str, Result]:
+    """Chen et al.: `total` synchronous workers against `total - backups` + `backups` (same machines)."""
+    base = SimConfig(
+        algorithm="sync", workers=total, steps=steps, straggler=straggler, severity=severity,
+        compute_s=compute_s, compute_cv=compute_cv, seed=seed, **fields,
+    )
+    return {
+        f"{total} sync": run_simulated(base),
+        f"{total - backups} + {backups} backups": run_simulated(base.replace(workers=total - backups, backups=backups)),
+    }
+
+
+def staleness_vs_workers(
+    ns: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1000), updates_per_worker: int = 4,
+    compute_s: float = 0.05, compute_cv: float = 0.3, seed: int = 0, **fields: Any,
+) -> pd.DataFrame:
+    """Mean staleness of plain async SGD for each N (after the first N pushes: steady state) next to N - 1."""
+    rows = []
+    for n in ns:
+        config = SimConfig(
+            algorithm="async", workers=n, steps=max(n * updates_per_worker, 8), compute_s=compute_s,
+            compute_cv=compute_cv, seed=seed, **fields,
+        )
+        s = run_simulated(config).summary
+        rows.append({
+            "workers": n, "mean_staleness": s["steady_mean_staleness"], "all_pushes_mean": s["mean_staleness"],
+            "max_staleness": s["max_staleness"], "n_minus_1": n - 1,
+        })
+    return pd.DataFrame(rows)
+
+
+def allreduce_vs_workers(
+    ns: tuple[int, ...] = (2, 4, 8, 16, 32, 64, 128, 256, 512, 1000), elements: int = 25_000_000,
+    alpha_s: float = 5e-6, bandwidth_Bps: float = 10e9, comms: tuple[str, ...] = ("naive", "tree", "ring"),
+) -> pd.DataFrame:
+    """Seconds of one allreduce of `elements` float32 for each algorithm and N (a 100 MB model by default)."""
+    rows = []
+    for comm in comms:
+        for n in ns:
+            config = SimConfig(
+                algorithm="allreduce", comm=comm, workers=n, steps=1, elements=elements, alpha_s=alpha_s,
+                bandwidth_Bps=bandwidth_Bps,
+            )
+            s = run_simulated(config).summary
+            rows.append({"algorithm": comm, "workers": n, "seconds": s["median_ms"] / 1e3})
+    return pd.DataFrame(rows)
