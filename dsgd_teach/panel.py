@@ -28,10 +28,26 @@ PlotFn = Callable[[Figure, Any], None]
 _figure_numbers = itertools.count(1000)
 
 
-def live_figure(figsize: tuple[float, float]) -> tuple[Figure, Canvas]:
-    """A matplotlib figure drawn by an ipympl canvas widget, whatever the notebook's global backend."""
+class _LockedCanvas(Canvas):
+    """An ipympl canvas whose browser-driven redraws take the panel's lock (matplotlib is not thread-safe)."""
+
+    def __init__(self, figure: Figure, lock: threading.RLock) -> None:
+        super().__init__(figure)
+        self._draw_lock = lock
+
+    def _handle_message(self, object, content, buffers):  # noqa: A002, ANN001, ANN202 - ipympl's signature
+        with self._draw_lock:
+            return super()._handle_message(object, content, buffers)
+
+
+def live_figure(figsize: tuple[float, float], lock: threading.RLock | None = None) -> tuple[Figure, Canvas]:
+    """A matplotlib figure drawn by an ipympl canvas widget, whatever the notebook's global backend.
+
+    The run thread redraws the figure while the kernel's main thread renders it for the browser; both hold
+    `lock`, so they never touch the figure at the same time.
+    """
     fig = Figure(figsize=figsize, dpi=90)
-    canvas = Canvas(fig)
+    canvas = _LockedCanvas(fig, lock or threading.RLock())
     FigureManager(canvas, next(_figure_numbers))
     canvas.header_visible = False
     canvas.footer_visible = False
@@ -78,7 +94,8 @@ class ExperimentPanel(widgets.VBox):
         self.status = widgets.HTML("Ready.")
         self.summary = widgets.HTML("")
         self.error_box = widgets.HTML("")
-        self.figure, self.canvas = live_figure(figsize)
+        self._draw_lock = threading.RLock()
+        self.figure, self.canvas = live_figure(figsize, self._draw_lock)
         self.run_button.on_click(lambda _: self.start())
         self.stop_button.on_click(lambda _: self.stop())
         header = [widgets.HTML(f"<b>{html.escape(title)}</b>")] if title else []
@@ -156,12 +173,13 @@ class ExperimentPanel(widgets.VBox):
         if not force and time.monotonic() - self._last_draw < self.redraw_every_s:
             return
         trace = self.result.trace if (force and self.result is not None) else to_frame(list(self._events))
-        try:
-            self.plot_fn(self.figure, trace)
-        except Exception as exc:
-            self._show_error(f"plot failed: {type(exc).__name__}: {exc}", traceback.format_exc())
-            return
-        self.canvas.draw_idle()
+        with self._draw_lock:
+            try:
+                self.plot_fn(self.figure, trace)
+            except Exception as exc:
+                self._show_error(f"plot failed: {type(exc).__name__}: {exc}", traceback.format_exc())
+                return
+            self.canvas.draw_idle()
         self._last_draw = time.monotonic()  # measured after drawing, so slow draws cannot starve the run
 
     def _show_error(self, message: str | None, details: str | None = None) -> None:

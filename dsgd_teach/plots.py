@@ -30,8 +30,9 @@ def draw_loss(fig: Figure, traces: Mapping[str, pd.DataFrame], title: str | None
         pts = loss_points(trace)
         if not len(pts):
             continue
-        ax_time.plot(pts["time"], pts["loss"], label=label, lw=1.5)
-        ax_updates.plot(pts["updates"], pts["loss"], label=label, lw=1.5)
+        marker = "o" if len(pts) < 3 else None  # a line through one point is invisible
+        ax_time.plot(pts["time"], pts["loss"], label=label, lw=1.5, marker=marker)
+        ax_updates.plot(pts["updates"], pts["loss"], label=label, lw=1.5, marker=marker)
     ax_time.set_xlabel("wall-clock time (s)")
     ax_updates.set_xlabel("updates applied")
     for ax in (ax_time, ax_updates):

@@ -138,6 +138,7 @@ def test_verdict_compares_values_outside_the_kernel():
 
 SANDBOX_PROBE = textwrap.dedent('''\
     import gc, json, os, subprocess, sys, tempfile
+    import numpy  # warmed before the fence, as dsgd_teach.grading.kernel does (numpy loads native code via ctypes)
     from dsgd_teach.grading import sandbox
     work = tempfile.mkdtemp()
     secret = sys.argv[1]

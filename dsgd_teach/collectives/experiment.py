@@ -67,6 +67,8 @@ class SweepConfig(Config):
 
     def validate(self) -> None:
         check_int("workers", self.workers, 1, 16)
+        if not isinstance(self.algorithms, str):
+            raise ValueError(f"algorithms must be a comma-separated string of {', '.join(ALGORITHMS)}; got {self.algorithms!r}")
         for name in self.algorithm_list:
             check_choice("algorithms", name, tuple(ALGORITHMS))
         check_int("min_log2_bytes", self.min_log2_bytes, 2, 26)

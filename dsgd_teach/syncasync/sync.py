@@ -23,7 +23,7 @@ from ..sgd import batch_indices
 from ..trace import OnUpdate, Result
 from .actors import SyncCoordinator
 from .onebit import OneBitCompressor, raw_nbytes
-from .settings import ChapterConfig, EvalRecorder, check_cluster, summarize
+from .settings import MAX_WORKERS, ChapterConfig, EvalRecorder, check_cluster, summarize
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,8 @@ class SyncConfig(ChapterConfig):
     error_feedback: bool = True
 
     def validate(self) -> None:
-        check_int("backups", self.backups, 0, self.workers if isinstance(self.workers, int) else 0)
+        check_int("workers", self.workers, 1, MAX_WORKERS)  # first: the backups' range depends on it
+        check_int("backups", self.backups, 0, self.workers)
         super().validate()
         check_bool("compression", self.compression)
         check_bool("error_feedback", self.error_feedback)

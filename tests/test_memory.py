@@ -1,0 +1,130 @@
+"""Binder budget: each chapter, run top to bottom with its default (full-mode) settings, stays within 2 GiB.
+
+Memory is the sum of the proportional set size (PSS) of the kernel and all its descendants (dask nannies' worker
+processes, helpers), sampled every 0.2 s. PSS charges a shared page (torch and numpy libraries mapped by every
+process, shared-memory blocks) once in total, split between the processes that map it, so the sum is what the
+machine actually holds for the course; RSS would count those pages once per process (its sum is reported too).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+from pathlib import Path
+
+import nbformat
+import psutil
+import pytest
+from nbclient import NotebookClient
+
+from dsgd_teach.cluster import MEMORY_BUDGET_BYTES
+from dsgd_teach.course_runner import COURSE_DIR, chapters
+
+CHAPTERS = chapters()
+REPORT = COURSE_DIR.parent / "build" / "memory" / "peaks.json"
+MiB = 1024**2
+
+
+class TreeMemory(threading.Thread):
+    """Samples PSS and RSS summed over a process and its descendants until stopped; keeps the peaks."""
+
+    def __init__(self, pid: int, interval_s: float = 0.2) -> None:
+        super().__init__(name="memory-sampler", daemon=True)
+        self.root = psutil.Process(pid)
+        self.interval_s = interval_s
+        self.peak_pss = self.peak_rss = self.samples = self.peak_procs = 0
+        self._halt = threading.Event()
+
+    def sample(self) -> tuple[int, int, int]:
+        """(PSS sum, RSS sum, process count) for the tree right now; processes that vanish are skipped."""
+        pss = rss = n = 0
+        try:
+            procs = [self.root, *self.root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return 0, 0, 0
+        for proc in procs:
+            with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                info = proc.memory_full_info()
+                pss, rss, n = pss + info.pss, rss + info.rss, n + 1
+        return pss, rss, n
+
+    def run(self) -> None:
+        while not self._halt.is_set():
+            pss, rss, n = self.sample()
+            self.peak_pss, self.peak_rss = max(self.peak_pss, pss), max(self.peak_rss, rss)
+            self.peak_procs = max(self.peak_procs, n)
+            self.samples += 1
+            self._halt.wait(self.interval_s)
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(10)
+
+
+def _record(stem: str, entry: dict) -> None:
+    REPORT.parent.mkdir(parents=True, exist_ok=True)
+    data = json.loads(REPORT.read_text()) if REPORT.exists() else {}
+    data[stem] = entry
+    REPORT.write_text(json.dumps(data, indent=1))
+
+
+def test_sampler_sees_a_child_process_memory():
+    """The sampler is not blind: a child holding 200 MiB of touched memory raises the measured peak."""
+    import subprocess
+    import sys
+
+    code = "import sys, time; b = bytearray(200 * 2**20); sys.stdout.write('ok\\n'); sys.stdout.flush(); time.sleep(30)"
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    try:
+        assert child.stdout.readline().strip() == b"ok"
+        sampler = TreeMemory(child.pid)
+        pss, rss, n = sampler.sample()
+        assert n == 1 and pss >= 200 * MiB and rss >= pss
+    finally:
+        child.kill()
+        child.wait(10)
+
+
+@pytest.mark.notebook
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_chapter_fits_in_binder_memory(path: Path, monkeypatch):
+    monkeypatch.delenv("DSGD_SMOKE", raising=False)  # the kernel inherits this environment: full mode
+    nb = nbformat.read(path, as_version=4)
+    samplers: list[TreeMemory] = []
+
+    def start_sampling(**_: object) -> None:
+        sampler = TreeMemory(client.km.provisioner.pid)
+        sampler.start()
+        samplers.append(sampler)
+
+    client = NotebookClient(
+        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}},
+        on_notebook_start=start_sampling,
+    )  # fmt: skip
+    t0 = time.perf_counter()
+    try:
+        client.execute()
+    finally:
+        for sampler in samplers:
+            sampler.stop()
+    seconds = time.perf_counter() - t0
+    assert samplers and samplers[0].samples > 0, "the memory sampler never ran"
+    sampler = samplers[0]
+    errors = [o for c in nb.cells for o in c.get("outputs", []) if o.output_type == "error"]
+    assert not errors, f"{path.name} failed in full mode: {errors[0].ename}: {errors[0].evalue}"
+    entry = {
+        "peak_pss_mib": round(sampler.peak_pss / MiB),
+        "peak_rss_sum_mib": round(sampler.peak_rss / MiB),
+        "max_processes": sampler.peak_procs,
+        "samples": sampler.samples,
+        "seconds": round(seconds, 1),
+    }
+    _record(path.stem, entry)
+    print(f"{path.stem}: {entry}")
+    assert sampler.peak_pss <= MEMORY_BUDGET_BYTES, (
+        f"{path.name}: kernel + cluster peaked at {sampler.peak_pss / MiB:.0f} MiB PSS "
+        f"(RSS sum {sampler.peak_rss / MiB:.0f} MiB), over the {MEMORY_BUDGET_BYTES / MiB:.0f} MiB Binder budget"
+    )
