@@ -11,44 +11,25 @@ from dataclasses import dataclass
 import numpy as np
 from distributed import Client, wait
 
-from ..config import Config, check_choice, check_float, check_int
-from ..data import DATASETS
+from ..config import check_int
 from ..live import pick_workers
-from ..models import MODELS, loss_and_grad
+from ..models import loss_and_grad
 from ..problem import ProblemSpec, get_problem
 from ..trace import OnUpdate, Result, StopRequested, TraceRecorder
 from .sampler import batch_indices
+from .sequential import SGDConfig
 
 
 @dataclass(frozen=True)
-class DataParallelConfig(Config):
+class DataParallelConfig(SGDConfig):
     """Synchronous data-parallel SGD: `workers` shards, each contributing batch_size rows per step."""
 
-    dataset: str = "digits"
-    model: str = "logreg"
-    lr: float = 0.5
-    batch_size: int = 32
-    workers: int = 2
     steps: int = 200
-    eval_every: int = 10
-    seed: int = 0
-    n_samples: int | None = None
+    workers: int = 2
 
     def validate(self) -> None:
-        check_choice("dataset", self.dataset, DATASETS)
-        check_choice("model", self.model, MODELS)
-        check_float("lr", self.lr, 0.0, 100.0, lo_open=True)
-        check_int("batch_size", self.batch_size, 1, 1_000_000)
+        super().validate()
         check_int("workers", self.workers, 1, 64)
-        check_int("steps", self.steps, 1, 1_000_000)
-        check_int("eval_every", self.eval_every, 1, 1_000_000)
-        check_int("seed", self.seed, 0, 2**31 - 1)
-        if self.n_samples is not None:
-            check_int("n_samples", self.n_samples, 10, 1_000_000)
-
-    @property
-    def problem(self) -> ProblemSpec:
-        return ProblemSpec(self.dataset, self.model, self.seed, self.n_samples)
 
 
 def shard_gradient(
