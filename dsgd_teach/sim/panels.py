@@ -47,7 +47,7 @@ def real_and_simulated(
     sim_config = from_config(real_config, **(machine or {}))
     real_panel = ExperimentPanel(
         client, real_run, real_config, _controls(real_config.workers, real_max_workers, real_max_workers),
-        plot_sim_live, title="real cluster", figsize=figsize,
+        None, title="real cluster", figsize=figsize,  # the default loss plot: a real run is not "simulated"
     )
     sim_panel = ExperimentPanel(
         client, run_simulated, sim_config, _controls(min(100, MAX_SIM_WORKERS), MAX_SIM_WORKERS, 100),
