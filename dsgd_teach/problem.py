@@ -32,6 +32,19 @@ class ProblemSpec:
         check_float("density", self.density, 0.0, 1.0, lo_open=True)
 
 
+def check_training_fields(config: object) -> None:
+    """Validate the fields every training config shares (problem, step size, batch, steps, evaluation, seed)."""
+    check_choice("dataset", config.dataset, datasets.DATASETS)
+    check_choice("model", config.model, MODELS)
+    check_float("lr", config.lr, 0.0, 100.0, lo_open=True)
+    check_int("batch_size", config.batch_size, 1, 1_000_000)
+    check_int("steps", config.steps, 1, 1_000_000)
+    check_int("eval_every", config.eval_every, 1, 1_000_000)
+    check_int("seed", config.seed, 0, 2**31 - 1)
+    if config.n_samples is not None:
+        check_int("n_samples", config.n_samples, 10, 1_000_000)
+
+
 @dataclass(frozen=True)
 class Problem:
     """Train and test splits, a model to evaluate with, and the initial flat parameters."""

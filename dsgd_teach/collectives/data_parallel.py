@@ -16,10 +16,9 @@ import torch
 from distributed import Client
 
 from ..config import Config, check_choice, check_float, check_int
-from ..data import DATASETS
 from ..live import WorkerContext
-from ..models import MODELS, loss_and_grad
-from ..problem import ProblemSpec, get_problem
+from ..models import loss_and_grad
+from ..problem import ProblemSpec, check_training_fields, get_problem
 from ..sgd import batch_indices
 from ..trace import OnUpdate, Result, TraceRecorder
 from .algorithms import ALGORITHMS
@@ -46,16 +45,8 @@ class AllreduceSGDConfig(Config):
     run_timeout_s: float = 600.0
 
     def validate(self) -> None:
-        check_choice("dataset", self.dataset, DATASETS)
-        check_choice("model", self.model, MODELS)
-        check_float("lr", self.lr, 0.0, 100.0, lo_open=True)
-        check_int("batch_size", self.batch_size, 1, 1_000_000)
+        check_training_fields(self)
         check_int("workers", self.workers, 1, 16)
-        check_int("steps", self.steps, 1, 1_000_000)
-        check_int("eval_every", self.eval_every, 1, 1_000_000)
-        check_int("seed", self.seed, 0, 2**31 - 1)
-        if self.n_samples is not None:
-            check_int("n_samples", self.n_samples, 10, 1_000_000)
         check_choice("allreduce", self.allreduce, tuple(ALGORITHMS))
         check_choice("device", self.device, DEVICES)
         check_float("timeout_s", self.timeout_s, 0.0, 3600.0, lo_open=True)

@@ -5,9 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..config import Config, check_choice, check_float, check_int
-from ..data import DATASETS
-from ..models import MODELS
-from ..problem import ProblemSpec
+from ..problem import ProblemSpec, check_training_fields
 from .optimizers import OPTIMIZERS
 
 
@@ -30,18 +28,10 @@ class PSConfig(Config):
     timeout_s: float = 10.0
 
     def validate(self) -> None:
-        check_choice("dataset", self.dataset, DATASETS)
-        check_choice("model", self.model, MODELS)
+        check_training_fields(self)
         check_int("replicas", self.replicas, 1, 16)
         check_int("shards", self.shards, 1, 16)
         check_choice("optimizer", self.optimizer, OPTIMIZERS)
-        check_float("lr", self.lr, 0.0, 100.0, lo_open=True)
-        check_int("batch_size", self.batch_size, 1, 1_000_000)
-        check_int("steps", self.steps, 1, 1_000_000)
-        check_int("eval_every", self.eval_every, 1, 1_000_000)
-        check_int("seed", self.seed, 0, 2**31 - 1)
-        if self.n_samples is not None:
-            check_int("n_samples", self.n_samples, 10, 1_000_000)
         check_int("checkpoint_every", self.checkpoint_every, 0, 1_000_000)
         check_float("timeout_s", self.timeout_s, 0.5, 600.0)
 

@@ -9,11 +9,10 @@ from dataclasses import dataclass
 import numpy as np
 from distributed import Client
 
-from ..config import Config, check_choice, check_float, check_int
-from ..data import DATASETS
+from ..config import Config
 from ..live import WorkerContext, run_live
-from ..models import MODELS, loss_and_grad
-from ..problem import ProblemSpec, get_problem
+from ..models import loss_and_grad
+from ..problem import ProblemSpec, check_training_fields, get_problem
 from ..trace import OnUpdate, Result, TraceRecorder
 from .sampler import batch_indices
 
@@ -32,15 +31,7 @@ class SGDConfig(Config):
     n_samples: int | None = None
 
     def validate(self) -> None:
-        check_choice("dataset", self.dataset, DATASETS)
-        check_choice("model", self.model, MODELS)
-        check_float("lr", self.lr, 0.0, 100.0, lo_open=True)
-        check_int("batch_size", self.batch_size, 1, 1_000_000)
-        check_int("steps", self.steps, 1, 1_000_000)
-        check_int("eval_every", self.eval_every, 1, 1_000_000)
-        check_int("seed", self.seed, 0, 2**31 - 1)
-        if self.n_samples is not None:
-            check_int("n_samples", self.n_samples, 10, 1_000_000)
+        check_training_fields(self)
 
     @property
     def problem(self) -> ProblemSpec:

@@ -12,9 +12,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from ..config import Config, check_bool, check_choice, check_float, check_int
-from ..data import DATASETS
-from ..models import MODELS
-from ..problem import ProblemSpec
+from ..problem import ProblemSpec, check_training_fields
 from .delays import STRAGGLER_MODELS, as_script, validate_script
 
 MAX_SIM_WORKERS = 1000
@@ -71,13 +69,9 @@ class SimConfig(Config):
         check_choice("algorithm", self.algorithm, ALGORITHMS)
         check_choice("comm", self.comm, COMMS)
         check_choice("mode", self.mode, MODES)
-        check_choice("dataset", self.dataset, DATASETS)
-        check_choice("model", self.model, MODELS)
-        check_float("lr", self.lr, 0.0, 100.0, lo_open=True)
-        check_int("batch_size", self.batch_size, 1, 1_000_000)
+        check_training_fields(self)
         check_int("workers", self.workers, 1, MAX_SIM_WORKERS)
         check_int("backups", self.backups, 0, self.workers)
-        check_int("steps", self.steps, 1, 1_000_000)
         check_choice("straggler", self.straggler, STRAGGLER_MODELS)
         check_float("severity", self.severity, 0.0, 10.0)
         if self.delay_script is not None:
@@ -87,10 +81,6 @@ class SimConfig(Config):
             check_int("staleness_bound", self.staleness_bound, 0, 1_000_000)
         check_bool("compression", self.compression)
         check_int("shards", self.shards, 1, 1024)
-        check_int("eval_every", self.eval_every, 1, 1_000_000)
-        check_int("seed", self.seed, 0, 2**31 - 1)
-        if self.n_samples is not None:
-            check_int("n_samples", self.n_samples, 10, 1_000_000)
         check_float("compute_s", self.compute_s, 0.0, 3600.0)
         check_float("compute_cv", self.compute_cv, 0.0, 5.0)
         check_float("alpha_s", self.alpha_s, 0.0, 60.0)

@@ -11,9 +11,7 @@ from distributed import Client
 
 from ..cluster import worker_addresses
 from ..config import Config, check_choice, check_float, check_int
-from ..data import DATASETS
-from ..models import MODELS
-from ..problem import Problem, ProblemSpec
+from ..problem import Problem, ProblemSpec, check_training_fields
 from ..trace import OnUpdate, TraceRecorder
 from .delays import STRAGGLER_MODELS, DelayModel, as_script, validate_script
 
@@ -47,18 +45,10 @@ class ChapterConfig(Config):
         super().__post_init__()
 
     def validate(self) -> None:
-        check_choice("dataset", self.dataset, DATASETS)
-        check_choice("model", self.model, MODELS)
-        check_float("lr", self.lr, 0.0, 100.0, lo_open=True)
-        check_int("batch_size", self.batch_size, 1, 1_000_000)
+        check_training_fields(self)
         check_int("workers", self.workers, 1, MAX_WORKERS)
-        check_int("steps", self.steps, 1, 1_000_000)
         check_choice("straggler", self.straggler, STRAGGLER_MODELS)
         check_float("severity", self.severity, 0.0, 10.0)
-        check_int("eval_every", self.eval_every, 1, 1_000_000)
-        check_int("seed", self.seed, 0, 2**31 - 1)
-        if self.n_samples is not None:
-            check_int("n_samples", self.n_samples, 10, 1_000_000)
         check_float("timeout_s", self.timeout_s, 1.0, 3600.0)
         if self.delay_script is not None:
             validate_script(self.delay_script, self.world)
