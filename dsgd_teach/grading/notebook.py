@@ -7,11 +7,16 @@ locked cell) in the source is replaced by the source's version, hidden tests inc
 from __future__ import annotations
 
 import ast
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import nbformat
+
+# CPython 3.11's AST constructor keeps shared recursion state: parsing from two grading threads at once can
+# raise SystemError, so parses are serialised.
+_PARSE_LOCK = threading.Lock()
 
 HIDDEN_BEGIN, HIDDEN_END = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
 RECORD, REFERENCE = "_dsgd_record", "_dsgd_reference"
@@ -176,7 +181,9 @@ def rewrite_test(source: str, mode: str) -> str:
     In student mode the expected values, and every top-level definition named `_ref*` (hidden oracles), are
     removed (at any depth), so nothing in the student's kernel computes the right answers.
     """
-    tree = _Rewrite(mode, _hidden_lines(source)).visit(ast.parse(source))
+    with _PARSE_LOCK:
+        parsed = ast.parse(source)
+    tree = _Rewrite(mode, _hidden_lines(source)).visit(parsed)
     ast.fix_missing_locations(tree)
     return ast.unparse(tree)
 
