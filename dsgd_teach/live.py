@@ -33,16 +33,32 @@ class WorkerContext:
     rank: int
     world: int
     t0: float
-    check_every_s: float = 0.1
+    check_every_s: float = 0.25
+    flush_every_s: float = 0.1
     _last_check: float = field(default=0.0, repr=False)
     _stopped: bool = field(default=False, repr=False)
+    _pending: list[dict[str, Any]] = field(default_factory=list, repr=False)
+    _last_flush: float = field(default=0.0, repr=False)
 
     def emit(self, **event: Any) -> None:
-        """Send one trace event to the driver (worker and time are filled in)."""
+        """Queue one trace event for the driver (worker and time are filled in); sent in batches.
+
+        One message per flush_every_s instead of one per event: each message costs the worker, the scheduler and
+        the driver CPU time, which on a small machine is taken from the experiment being measured.
+        """
         event.setdefault("time", time.time() - self.t0)
         # dask stamps a "worker" key (the address) on event dicts; the rank travels under its own key.
         event["rank"] = event.pop("worker", self.rank)
-        get_worker().log_event(self.topic, event)
+        self._pending.append(event)
+        if time.monotonic() - self._last_flush >= self.flush_every_s:
+            self.flush()
+
+    def flush(self, last: bool = False) -> None:
+        """Send the queued events now; run_live's wrapper sends the rank's last batch, marked last, at its end."""
+        self._last_flush = time.monotonic()
+        if self._pending or last:
+            batch, self._pending = self._pending, []
+            get_worker().log_event(self.topic, {"batch": batch, "last": self.rank if last else None})
 
     def should_stop(self) -> bool:
         """True once the driver asked the run to stop (checked at most every check_every_s seconds)."""
@@ -55,17 +71,36 @@ class WorkerContext:
         return self._stopped
 
 
+def _run_rank(fn: Callable[..., Any], ctx: WorkerContext, *args: Any) -> Any:
+    """fn(ctx, *args) on the worker, then send whatever events it left queued."""
+    try:
+        return fn(ctx, *args)
+    finally:
+        ctx.flush(last=True)
+
+
 class EventStream:
     """Driver-side subscription to a run's event topic; events wait in a thread-safe queue."""
 
     def __init__(self, client: Client, topic: str) -> None:
         self.client, self.topic = client, topic
         self.queue: queue.Queue[dict[str, Any]] = queue.Queue()
+        self.finished: set[int] = set()  # ranks whose last batch has arrived
 
     def _handler(self, item: tuple[float, Any]) -> None:
-        event = dict(item[1])
-        event["worker"] = event.pop("rank", -1)
-        self.queue.put(event)
+        for sent in item[1]["batch"]:
+            event = dict(sent)
+            event["worker"] = event.pop("rank", -1)
+            self.queue.put(event)
+        if item[1].get("last") is not None:
+            self.finished.add(item[1]["last"])
+
+    def wait_finished(self, ranks: set[int], timeout_s: float) -> None:
+        """Wait (bounded) until the last batch of every rank in `ranks` has arrived: events travel apart from
+        task results, so a finished task's events may still be on their way."""
+        deadline = time.monotonic() + timeout_s
+        while not ranks <= self.finished and time.monotonic() < deadline:
+            time.sleep(0.005)
 
     def __enter__(self) -> EventStream:
         self.client.subscribe_topic(self.topic, self._handler)
@@ -118,6 +153,7 @@ def run_live(
     with EventStream(client, topic) as stream:
         futures: list[Future | None] = [
             client.submit(
+                _run_rank,
                 fn,
                 WorkerContext(topic, stop_name, rank, world, recorder.t0),
                 *args,
@@ -166,7 +202,7 @@ def run_live(
                     raise TimeoutError(f"run did not finish within {timeout_s:.0f} s")
                 if pending:
                     time.sleep(poll_s)
-            time.sleep(poll_s)  # let the last batched events arrive
+            stream.wait_finished({r for r in range(world) if futures[r] is not None}, timeout_s=10.0)
             recorder.extend(stream.drain())
         except StopRequested:
             stopped = True

@@ -37,25 +37,40 @@ def _row(result: Result, **extra: object) -> dict[str, object]:
     return {**extra, **{k: result.summary[k] for k in keep if k in result.summary}}
 
 
+def interleaved_runs(
+    client: Client, config: HogwildConfig, settings: Sequence[tuple[int, bool]], repeats: int = 1
+) -> pd.DataFrame:
+    """Every run of every (workers, lock) setting, one row each, taking the settings in turn within each repeat.
+
+    Taking turns means the runs compared in one repeat happened within a second or two of each other, so a
+    slow spell of the machine (other programs, a busy memory system) affects them alike.
+    """
+    rows = []
+    for repeat in range(repeats):
+        for n, lock in settings:
+            r = run_hogwild(config.replace(workers=n, lock=lock), client)
+            rows.append(_row(r, repeat=repeat, dataset=config.dataset, density=config.data_spec.density))
+    return pd.DataFrame(rows)
+
+
 def scaling(
     client: Client,
     config: HogwildConfig,
     workers: Sequence[int] = (1, 2),
     locks: Sequence[bool] = (False, True),
     repeats: int = 1,
+    runs: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """Updates per second against workers, with and without the lock; speedup is against 1 lock-free worker.
 
-    Each setting is run `repeats` times and the best throughput kept (the least disturbed by other programs).
+    Each setting is run `repeats` times (interleaved) and the best throughput kept (the least disturbed by other
+    programs); pass `runs` from interleaved_runs to summarise runs already made.
     """
-    rows = []
-    for n in workers:
-        for lock in locks:
-            runs = [run_hogwild(config.replace(workers=n, lock=lock), client) for _ in range(repeats)]
-            best = max(runs, key=lambda r: r.summary["updates_per_s"])
-            rows.append(_row(best, dataset=config.dataset, density=config.data_spec.density))
-    df = pd.DataFrame(rows)
-    ref = df[(df.workers == min(workers)) & (~df.lock)].updates_per_s.max()
+    if runs is None:
+        runs = interleaved_runs(client, config, [(n, lock) for n in workers for lock in locks], repeats)
+    best = runs.loc[runs.groupby(["workers", "lock"], sort=False).updates_per_s.idxmax()]
+    df = best.drop(columns="repeat").reset_index(drop=True)
+    ref = df[(df.workers == df.workers.min()) & (~df.lock)].updates_per_s.max()
     df["speedup"] = df.updates_per_s / ref
     return df
 

@@ -23,7 +23,7 @@ from .shm import BlockSpec, SharedBlock, attach_block
 AnyConfig = HogwildConfig | CountingConfig
 Emit = Callable[..., None]
 BARRIER_TIMEOUT_S = 120.0
-EMIT_EVERY_S = 0.02  # at most ~50 progress events per second per worker
+EMIT_EVERY_S = 0.1  # at most ~10 progress events per second per worker (each costs the scheduler CPU)
 COUNT_CHUNK = 5_000
 
 

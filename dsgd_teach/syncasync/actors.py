@@ -8,6 +8,7 @@ status "pending", so worker tasks regain control often enough to notice a stop r
 from __future__ import annotations
 
 import asyncio
+import pickle
 import time
 from typing import Any
 
@@ -23,6 +24,17 @@ def _decode(payload: np.ndarray | OneBitMessage) -> tuple[np.ndarray, int]:
         return payload.decode(), payload.nbytes
     arr = np.asarray(payload, dtype=np.float32)
     return arr, int(arr.nbytes)
+
+
+def pack(*fields: Any) -> bytes:
+    """One actor-call argument (or reply) for many fields: dask serialises each argument of an actor call on its
+    own, which costs more here than the small gradient itself (about 0.6 ms per push and reply, measured)."""
+    return pickle.dumps(fields, protocol=5)
+
+
+def unpack(message: bytes) -> tuple[Any, ...]:
+    """The fields of a pack()ed message."""
+    return pickle.loads(message)
 
 
 class _Waitable:
@@ -126,6 +138,10 @@ class SyncCoordinator(_Waitable):
                     completed = self._apply(now)
         status, new_version, params = await self.pull(version)
         return verdict, time.perf_counter() - now, nbytes, completed, status, new_version, params
+
+    async def push_packed(self, message: bytes) -> bytes:
+        """push() with its arguments and its reply each pack()ed into one bytes object (the workers' hot path)."""
+        return pack(*(await self.push(*unpack(message))))
 
     def _apply(self, now: float) -> dict[str, Any]:
         from ..sgd import averaged_gradient

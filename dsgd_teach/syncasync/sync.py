@@ -21,7 +21,7 @@ from ..models import loss_and_grad
 from ..problem import get_problem
 from ..sgd import batch_indices
 from ..trace import OnUpdate, Result
-from .actors import SyncCoordinator
+from .actors import SyncCoordinator, pack, unpack
 from .onebit import OneBitCompressor, raw_nbytes
 from .settings import MAX_WORKERS, ChapterConfig, EvalRecorder, check_cluster, summarize
 
@@ -92,9 +92,9 @@ def _sync_worker(ctx: WorkerContext, config: SyncConfig, coord: Any) -> int:
             status, new_version, new_w = _call(coord.pull(version), call_s)
         else:
             payload = compressor.encode(grad) if compressor is not None else grad
-            verdict, waited, nbytes, completed, status, new_version, new_w = _call(
-                coord.push(ctx.rank, version, payload, len(idx), loss, compute_s + delay), call_s
-            )
+            verdict, waited, nbytes, completed, status, new_version, new_w = unpack(_call(
+                coord.push_packed(pack(ctx.rank, version, payload, len(idx), loss, compute_s + delay)), call_s
+            ))
         deadline = time.monotonic() + config.timeout_s
         while status == "pending":
             if ctx.should_stop():
