@@ -69,15 +69,13 @@ def sparse_powerlaw(
     seed: int = 0,
     exponent: float = 1.1,
     noise: float = 0.05,
-    shuffle_features: bool = True,
 ) -> Dataset:
     """An RCV1-like sparse binary problem: each row has ~density*n_features nonzeros, drawn from a power law.
 
     Feature j is picked with probability proportional to (j+1)^-exponent, so a few features are common and most
     are rare, as with words in documents. `density` is the adjustable sparsity: the fraction of nonzero
     entries per row (1.0 means dense). Feature ids are then shuffled, as in a real vocabulary (alphabetical or
-    hashed ids), so the frequent features do not sit side by side in memory; shuffle_features=False keeps them
-    sorted by frequency, which puts the hottest few in one cache line (Hogwild's false-sharing contrast).
+    hashed ids), so the frequent features do not share cache lines the way ids sorted by frequency would.
     """
     check_int("n_samples", n_samples, 2)
     check_int("n_features", n_features, 1)
@@ -107,9 +105,8 @@ def sparse_powerlaw(
     y = (X @ w > 0).astype(np.int64)
     flip = rng.random(n_samples) < noise
     y[flip] = 1 - y[flip]
-    if shuffle_features:
-        X = sp.csr_matrix(X[:, rng.permutation(n_features)], dtype=np.float32)
-        X.sort_indices()
+    X = sp.csr_matrix(X[:, rng.permutation(n_features)], dtype=np.float32)
+    X.sort_indices()
     return Dataset("sparse", X, y, 2)
 
 
