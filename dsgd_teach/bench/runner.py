@@ -7,8 +7,12 @@ are the ones to quote (the machine is shared and noisy, so absolute times are on
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import platform
+import subprocess
+import sys
+import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -50,24 +54,41 @@ def run_all(out_dir: Path = Path("build/bench"), only: list[str] | None = None) 
         short = name.rsplit(".", 1)[-1]
         if only and short not in only:
             continue
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name == name:
-                continue
-            raise
+        if importlib.util.find_spec(name) is None:
+            continue
         print(f"[bench] {short} ...", flush=True)
-        t = time.perf_counter()
-        try:
-            figures = module.measure()
-            figures["bench_wall_s"] = round(time.perf_counter() - t, 2)
-        except Exception as exc:  # keep going: one broken benchmark must not hide the others
-            figures = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
+        figures = measure_in_fresh_process(name)
         results["benchmarks"][short] = figures
         print(f"[bench] {short}: {json.dumps(figures, default=str)[:400]}", flush=True)
     (out_dir / "results.json").write_text(json.dumps(results, indent=2, default=str))
     (out_dir / "results.md").write_text(to_markdown(results))
     return results
+
+
+def measure_in_fresh_process(name: str, timeout_s: float = 900.0) -> dict[str, Any]:
+    """Run one module's measure() in a new Python process: no benchmark inherits another's threads, caches or
+    heap, just as each chapter starts in a fresh kernel. Failures are returned as an "error" figure."""
+    with tempfile.TemporaryDirectory(prefix="dsgd-bench-") as tmp:
+        out = Path(tmp) / "figures.json"
+        cmd = [sys.executable, "-m", "dsgd_teach.bench.runner", name, str(out)]
+        try:
+            done = subprocess.run(cmd, timeout=timeout_s, check=False)
+        except subprocess.TimeoutExpired:
+            return {"error": f"TimeoutExpired: {name} took more than {timeout_s:.0f} s"}
+        if not out.exists():
+            return {"error": f"{name} exited with status {done.returncode} before writing its figures"}
+        return json.loads(out.read_text())
+
+
+def _measure_here(name: str, out: Path) -> None:
+    """The child side of measure_in_fresh_process: import, measure, time, write the figures as JSON."""
+    t = time.perf_counter()
+    try:
+        figures = importlib.import_module(name).measure()
+        figures["bench_wall_s"] = round(time.perf_counter() - t, 2)
+    except Exception as exc:  # keep going: one broken benchmark must not hide the others
+        figures = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
+    out.write_text(json.dumps(figures, default=str))
 
 
 def to_markdown(results: dict[str, Any]) -> str:
@@ -92,3 +113,7 @@ def to_markdown(results: dict[str, Any]) -> str:
 def with_client(n_workers: int):
     """Context manager for a fresh local cluster of n_workers (benchmarks own their clusters)."""
     return start_client(n_workers, quiet=True, use_gpu=False)
+
+
+if __name__ == "__main__":
+    _measure_here(sys.argv[1], Path(sys.argv[2]))
