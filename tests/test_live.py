@@ -31,6 +31,25 @@ def test_events_arrive_in_order_per_rank(client):
         assert steps == list(range(n))
 
 
+def _burst(ctx, n):
+    for i in range(n):
+        ctx.emit(step=i, event="tick")
+    return n
+
+
+def test_events_queued_when_a_task_returns_all_arrive_batched(client):
+    # 2000 events emitted in a few milliseconds, then the task returns at once: all of them but the first go
+    # out in the final batch, which run_live must wait for instead of hoping it came in time.
+    seen: list[int] = []
+    recorder = TraceRecorder(lambda event: seen.append(event["step"]))
+    results, _ = run_live(client, _burst, [(2000,), (2000,)], recorder, timeout_s=60)
+    trace = recorder.frame()
+    assert results == [2000, 2000]
+    for rank in (0, 1):
+        assert list(trace[trace.worker == rank].step) == list(range(2000))
+    assert len(seen) == 4000
+
+
 def test_stop_requested_stops_the_tasks(client):
     def on_update(event):
         if event["step"] >= 5:
