@@ -59,15 +59,13 @@ def scaling(
     workers: Sequence[int] = (1, 2),
     locks: Sequence[bool] = (False, True),
     repeats: int = 1,
-    runs: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """Updates per second against workers, with and without the lock; speedup is against 1 lock-free worker.
 
     Each setting is run `repeats` times (interleaved) and the best throughput kept (the least disturbed by other
-    programs); pass `runs` from interleaved_runs to summarise runs already made.
+    programs).
     """
-    if runs is None:
-        runs = interleaved_runs(client, config, [(n, lock) for n in workers for lock in locks], repeats)
+    runs = interleaved_runs(client, config, [(n, lock) for n in workers for lock in locks], repeats)
     best = runs.loc[runs.groupby(["workers", "lock"], sort=False).updates_per_s.idxmax()]
     df = best.drop(columns="repeat").reset_index(drop=True)
     ref = df[(df.workers == df.workers.min()) & (~df.lock)].updates_per_s.max()
