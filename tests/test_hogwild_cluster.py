@@ -180,7 +180,7 @@ def test_panel_runs_and_stops_and_frees_its_block(client) -> None:  # noqa: ANN0
     from dsgd_teach.hogwild.panel import hogwild_panel
 
     panel = hogwild_panel(client, SMALL.replace(epochs=3))
-    assert set(panel.controls) == {"workers", "density", "epochs", "lock", "lr"}
+    assert set(panel.controls) == {"workers", "density", "skew", "epochs", "lock", "lr"}
     panel.controls["lock"].value = True
     panel.start()
     result = panel.wait(120)

@@ -6,13 +6,21 @@ import subprocess
 import sys
 import textwrap
 import threading
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from dsgd_teach.hogwild import CountingConfig, HogwildConfig, kernels, leftover_blocks, reference
 from dsgd_teach.hogwild.mutex import ROBUST
-from dsgd_teach.hogwild.problem import DataSpec, epoch_order, kernel_arrays, load_data, shard_rows
+from dsgd_teach.hogwild.problem import (
+    DataSpec,
+    epoch_order,
+    kernel_arrays,
+    load_data,
+    shard_rows,
+    sparsity_stats,
+)
 from dsgd_teach.hogwild.shm import attach_block, create_block
 
 pytestmark = pytest.mark.timeout(120)
@@ -34,12 +42,33 @@ DENSE = DataSpec("dense", 800, 12, 1.0, 5)
         ({"backend": "gpu"}, "backend"),
         ({"dataset": "digits"}, "dataset"),
         ({"lock": "yes"}, "lock"),
+        ({"skew": -0.5}, "skew"),
+        ({"skew": 3.5}, "skew"),
         ({"n_samples": 1_000_000, "density": 1.0}, "n_samples * n_features * density"),
     ],
 )
 def test_bad_config_names_the_field(changes: dict, field: str) -> None:
     with pytest.raises(ValueError, match=field.replace("*", r"\*")):
         HogwildConfig(**changes)
+
+
+def test_sparsity_stats_match_a_count_over_the_rows() -> None:
+    data = load_data(SPARSE)
+    rows = [set(data.X.indices[data.X.indptr[i] : data.X.indptr[i + 1]]) for i in range(data.n_train)]
+    busiest = max(sum(j in r for r in rows) for j in range(data.n_features))
+    stats = sparsity_stats(data)
+    assert stats["omega"] == max(len(r) for r in rows)
+    assert stats["delta"] == busiest / data.n_train
+    assert stats["mean_row_features"] == pytest.approx(sum(map(len, rows)) / data.n_train)
+    assert sparsity_stats(load_data(DENSE))["delta"] == 1.0
+
+
+def test_skew_sets_how_popular_the_busiest_feature_is() -> None:
+    spec = HogwildConfig(n_samples=4_000, n_features=20_000, density=0.001).data_spec
+    even, wordlike = (sparsity_stats(load_data(replace(spec, skew=s)))["delta"] for s in (0.0, 1.1))
+    assert even < 0.01 < 0.5 < wordlike  # evenly used features vs a feature in most rows
+    dense = HogwildConfig(dataset="dense", n_samples=1_000)
+    assert dense.replace(skew=0.3).data_spec == dense.data_spec  # skew means nothing for dense rows
 
 
 def test_counting_config_validates_too() -> None:

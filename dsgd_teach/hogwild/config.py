@@ -21,12 +21,18 @@ def _check_size(spec: DataSpec) -> None:
 
 @dataclass(frozen=True)
 class _SharedFields(Config):
-    """Fields both experiments share: the data, the parallelism, the seed."""
+    """Fields both experiments share: the data, the parallelism, the seed.
+
+    density is the fraction of features a sparse row touches; skew is the power-law exponent of how often each
+    feature is used: 0 spreads rows evenly over the features (rare collisions), 1.1 is word-like (a few features
+    are in almost every row, so concurrent updates keep writing the same memory).
+    """
 
     dataset: str = "sparse"
     n_samples: int = 50_000
     n_features: int | None = None
     density: float = 0.001
+    skew: float = 1.1
     workers: int = 2
     backend: str = "processes"
     lock: bool = False
@@ -39,6 +45,7 @@ class _SharedFields(Config):
         if self.n_features is not None:
             check_int("n_features", self.n_features, 2, 2_000_000)
         check_float("density", self.density, 0.0, 1.0, lo_open=True)
+        check_float("skew", self.skew, 0.0, 3.0)
         check_int("workers", self.workers, 1, 64)
         check_choice("backend", self.backend, BACKENDS)
         check_bool("lock", self.lock)
@@ -50,8 +57,9 @@ class _SharedFields(Config):
     def data_spec(self) -> DataSpec:
         """The problem's identity (workers rebuild the data from it)."""
         features = self.n_features or DEFAULT_FEATURES[self.dataset]
-        density = 1.0 if self.dataset == "dense" else self.density
-        return DataSpec(self.dataset, self.n_samples, features, density, self.seed)
+        if self.dataset == "dense":
+            return DataSpec(self.dataset, self.n_samples, features, 1.0, self.seed, 0.0)
+        return DataSpec(self.dataset, self.n_samples, features, self.density, self.seed, self.skew)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The chapter's widget panel: workers, density (sparsity), lock on/off and learning rate, with a live plot."""
+"""The chapter's widget panel: workers, density and skew (sparsity), lock on/off and learning rate, live plot."""
 
 from __future__ import annotations
 
@@ -23,6 +23,9 @@ def hogwild_panel(client: Client, config: HogwildConfig | None = None, max_worke
                                           description="density", readout_format=".4f",
                                           tooltip="nonzeros per row ÷ features",
                                           continuous_update=False, style=style),
+        "skew": widgets.FloatSlider(value=config.skew, min=0.0, max=2.0, step=0.1, description="feature skew",
+                                    tooltip="0: features used evenly; 1.1: word-like, a few features in most rows",
+                                    continuous_update=False, style=style),
         "epochs": widgets.IntSlider(value=config.epochs, min=10, max=5_000, step=10, description="epochs",
                                     continuous_update=False, style=style),
         "lock": widgets.Checkbox(value=config.lock, description="lock around every update"),

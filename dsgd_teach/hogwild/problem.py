@@ -31,6 +31,7 @@ class DataSpec:
     n_features: int
     density: float
     seed: int
+    skew: float = 1.1
 
     @property
     def nonzeros(self) -> int:
@@ -77,7 +78,9 @@ def load_data(spec: DataSpec) -> HogwildData:
         # Unit-length rows, as in the sparse problem, so one learning rate suits both (labels keep their sign).
         X = np.ascontiguousarray(X / np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1e-12))
     else:
-        full = datasets.sparse_powerlaw(spec.n_samples, spec.n_features, spec.density, seed=spec.seed)
+        full = datasets.sparse_powerlaw(
+            spec.n_samples, spec.n_features, spec.density, seed=spec.seed, exponent=spec.skew
+        )
         X = sp.csr_matrix(full.X, dtype=np.float32)
         X.sort_indices()
     cut = int(round(0.8 * X.shape[0]))
@@ -101,3 +104,17 @@ def epoch_order(start: int, stop: int, epoch: int, seed: int, rank: int) -> np.n
     """Row indices of rank's shard in this epoch's shuffled order (a private generator per rank and epoch)."""
     rng = np.random.default_rng((seed, rank, epoch))
     return (start + rng.permutation(stop - start)).astype(np.int64)
+
+
+def sparsity_stats(data: HogwildData) -> dict[str, float]:
+    """Two of the paper's sparsity numbers for the training rows: Omega (most features in one row) and Delta
+    (largest fraction of rows that touch one feature), plus the mean features per row."""
+    if not data.sparse:
+        return {"omega": float(data.n_features), "delta": 1.0, "mean_row_features": float(data.n_features)}
+    X = data.X
+    rows_per_feature = np.bincount(X.indices, minlength=data.n_features)
+    return {
+        "omega": float(np.diff(X.indptr).max()),
+        "delta": float(rows_per_feature.max() / data.n_train),
+        "mean_row_features": float(X.nnz / data.n_train),
+    }
