@@ -116,3 +116,22 @@ def test_gpu_cluster_runs_on_cuda():
     with start_client(quiet=True, use_gpu=True) as client:
         assert client.info.kind == "cuda"
         assert all(client.run(torch.cuda.is_available).values())
+
+
+@pytest.mark.timeout(120)
+def test_owned_cluster_workers_run_quiet(client):
+    """The settings that keep an idle course cluster off the cores reach every worker process."""
+
+    def settings() -> tuple:
+        import os
+
+        import dask
+
+        return (
+            dask.config.get("distributed.worker.profile.enabled"),
+            dask.config.get("distributed.admin.tick.interval"),
+            os.environ.get("MALLOC_MMAP_THRESHOLD_"),
+        )
+
+    seen = client.run(settings)
+    assert seen and all(v == (False, "1s", str(16 * 2**20)) for v in seen.values()), seen
