@@ -9,7 +9,7 @@ import numpy as np
 from torch import nn
 
 from . import data as datasets
-from .config import check_choice, check_float, check_int
+from .config import Config, check_choice, check_float, check_int
 from .models import MODELS, build_model, default_device, evaluate, get_flat
 
 
@@ -43,6 +43,29 @@ def check_training_fields(config: object) -> None:
     check_int("seed", config.seed, 0, 2**31 - 1)
     if config.n_samples is not None:
         check_int("n_samples", config.n_samples, 10, 1_000_000)
+
+
+@dataclass(frozen=True)
+class TrainingConfig(Config):
+    """Fields every gradient-training experiment shares (problem, step size, batch, budget, evaluation, seed);
+    chapters subclass it, adding their own fields and changing defaults by declaring a field again."""
+
+    dataset: str = "digits"
+    model: str = "logreg"
+    lr: float = 0.5
+    batch_size: int = 32
+    steps: int = 100
+    eval_every: int = 10
+    seed: int = 0
+    n_samples: int | None = None
+
+    def validate(self) -> None:
+        check_training_fields(self)
+
+    @property
+    def problem(self) -> ProblemSpec:
+        """The data set and model this run trains, as workers rebuild it."""
+        return ProblemSpec(self.dataset, self.model, self.seed, self.n_samples)
 
 
 @dataclass(frozen=True)

@@ -15,10 +15,10 @@ import numpy as np
 import torch
 from distributed import Client
 
-from ..config import Config, check_choice, check_float, check_int
+from ..config import check_choice, check_float, check_int
 from ..live import WorkerContext
 from ..models import loss_and_grad
-from ..problem import ProblemSpec, check_training_fields, get_problem
+from ..problem import TrainingConfig, get_problem
 from ..sgd import batch_indices
 from ..trace import OnUpdate, Result, TraceRecorder
 from .algorithms import ALGORITHMS
@@ -27,34 +27,22 @@ from .group import DEVICES, plan_group, run_in_group
 
 
 @dataclass(frozen=True)
-class AllreduceSGDConfig(Config):
+class AllreduceSGDConfig(TrainingConfig):
     """Data-parallel SGD over `workers` ranks, averaging gradients with `allreduce` (ring, library, ...)."""
 
-    dataset: str = "digits"
-    model: str = "logreg"
-    lr: float = 0.5
-    batch_size: int = 32
     workers: int = 2
-    steps: int = 100
-    eval_every: int = 10
-    seed: int = 0
-    n_samples: int | None = None
     allreduce: str = "ring"
     device: str = "auto"
     timeout_s: float = 30.0
     run_timeout_s: float = 600.0
 
     def validate(self) -> None:
-        check_training_fields(self)
+        super().validate()
         check_int("workers", self.workers, 1, 16)
         check_choice("allreduce", self.allreduce, tuple(ALGORITHMS))
         check_choice("device", self.device, DEVICES)
         check_float("timeout_s", self.timeout_s, 0.0, 3600.0, lo_open=True)
         check_float("run_timeout_s", self.run_timeout_s, 0.0, 86400.0, lo_open=True)
-
-    @property
-    def problem(self) -> ProblemSpec:
-        return ProblemSpec(self.dataset, self.model, self.seed, self.n_samples)
 
 
 def _sgd_rank(ctx: WorkerContext, comm: Comm, config: AllreduceSGDConfig) -> np.ndarray:

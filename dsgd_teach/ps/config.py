@@ -4,40 +4,31 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..config import Config, check_choice, check_float, check_int
-from ..problem import ProblemSpec, check_training_fields
+from ..config import check_choice, check_float, check_int
+from ..problem import TrainingConfig
 from .optimizers import OPTIMIZERS
 
 
 @dataclass(frozen=True)
-class PSConfig(Config):
+class PSConfig(TrainingConfig):
     """Fields shared by both parameter-server runs: problem, replicas, shards, server rule, faults, timeouts."""
 
-    dataset: str = "digits"
-    model: str = "logreg"
+    lr: float = 0.2
+    steps: int = 200
+    eval_every: int = 20
     replicas: int = 2
     shards: int = 2
     optimizer: str = "sgd"
-    lr: float = 0.2
-    batch_size: int = 32
-    steps: int = 200
-    eval_every: int = 20
-    seed: int = 0
-    n_samples: int | None = None
     checkpoint_every: int = 0
     timeout_s: float = 10.0
 
     def validate(self) -> None:
-        check_training_fields(self)
+        super().validate()
         check_int("replicas", self.replicas, 1, 16)
         check_int("shards", self.shards, 1, 16)
         check_choice("optimizer", self.optimizer, OPTIMIZERS)
         check_int("checkpoint_every", self.checkpoint_every, 0, 1_000_000)
         check_float("timeout_s", self.timeout_s, 0.5, 600.0)
-
-    @property
-    def problem(self) -> ProblemSpec:
-        return ProblemSpec(self.dataset, self.model, self.seed, self.n_samples)
 
     @property
     def workers(self) -> int:

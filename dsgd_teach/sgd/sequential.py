@@ -9,33 +9,18 @@ from dataclasses import dataclass
 import numpy as np
 from distributed import Client
 
-from ..config import Config
 from ..live import WorkerContext, run_live
 from ..models import loss_and_grad
-from ..problem import ProblemSpec, check_training_fields, get_problem
+from ..problem import ProblemSpec, TrainingConfig, get_problem
 from ..trace import OnUpdate, Result, TraceRecorder
 from .sampler import batch_indices
 
 
 @dataclass(frozen=True)
-class SGDConfig(Config):
+class SGDConfig(TrainingConfig):
     """Sequential minibatch SGD; batch_size >= the training set size gives full-batch gradient descent."""
 
-    dataset: str = "digits"
-    model: str = "logreg"
-    lr: float = 0.5
-    batch_size: int = 32
     steps: int = 300
-    eval_every: int = 10
-    seed: int = 0
-    n_samples: int | None = None
-
-    def validate(self) -> None:
-        check_training_fields(self)
-
-    @property
-    def problem(self) -> ProblemSpec:
-        return ProblemSpec(self.dataset, self.model, self.seed, self.n_samples)
 
 
 StepCallback = Callable[[int, float, np.ndarray], bool]

@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-from ..config import Config, check_bool, check_choice, check_float, check_int
-from ..problem import ProblemSpec, check_training_fields
-from .delays import STRAGGLER_MODELS, as_script, validate_script
+from ..config import check_bool, check_choice, check_float, check_int
+from ..problem import TrainingConfig
+from .delays import STRAGGLER_MODELS, frozen_script, validate_script
 
 MAX_SIM_WORKERS = 1000
 ALGORITHMS = ("sync", "async", "allreduce")
@@ -22,7 +22,7 @@ MODES = ("timing", "real")
 
 
 @dataclass(frozen=True)
-class SimConfig(Config):
+class SimConfig(TrainingConfig):
     """A simulated run: sync SGD (with backups), async SGD (staleness rule, bound), or one allreduce timing.
 
     mode="real" applies real gradients of the chapter's model at the simulated times; mode="timing" only moves
@@ -33,13 +33,8 @@ class SimConfig(Config):
     algorithm: str = "sync"
     comm: str = "naive"
     mode: str = "timing"
-    dataset: str = "digits"
-    model: str = "logreg"
-    lr: float = 0.5
-    batch_size: int = 32
     workers: int = 2
     backups: int = 0
-    steps: int = 100
     straggler: str = "none"
     severity: float = 0.0
     delay_script: tuple[tuple[float, ...], ...] | None = None
@@ -47,9 +42,6 @@ class SimConfig(Config):
     staleness_bound: int | None = None
     compression: bool = False
     shards: int = 1
-    eval_every: int = 10
-    seed: int = 0
-    n_samples: int | None = None
     compute_s: float = 0.005
     compute_cv: float = 0.0
     alpha_s: float = 1e-4
@@ -58,18 +50,14 @@ class SimConfig(Config):
     elements: int | None = None
 
     def __post_init__(self) -> None:
-        if self.delay_script is not None and not isinstance(self.delay_script, tuple):
-            try:
-                object.__setattr__(self, "delay_script", as_script(self.delay_script))
-            except TypeError as exc:
-                raise ValueError(f"delay_script must be a list of per-worker lists of seconds: {exc}") from exc
+        object.__setattr__(self, "delay_script", frozen_script(self.delay_script))
         super().__post_init__()
 
     def validate(self) -> None:
         check_choice("algorithm", self.algorithm, ALGORITHMS)
         check_choice("comm", self.comm, COMMS)
         check_choice("mode", self.mode, MODES)
-        check_training_fields(self)
+        super().validate()
         check_int("workers", self.workers, 1, MAX_SIM_WORKERS)
         check_int("backups", self.backups, 0, self.workers)
         check_choice("straggler", self.straggler, STRAGGLER_MODELS)
@@ -98,10 +86,6 @@ class SimConfig(Config):
     def world(self) -> int:
         """Worker processes simulated: the backups run only in synchronous SGD."""
         return self.workers + (self.backups if self.algorithm == "sync" else 0)
-
-    @property
-    def problem(self) -> ProblemSpec:
-        return ProblemSpec(self.dataset, self.model, self.seed, self.n_samples)
 
 
 def _common(config: Any) -> dict[str, Any]:

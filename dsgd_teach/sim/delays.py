@@ -13,9 +13,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..syncasync.delays import LOGNORMAL_SIGMA, STRAGGLER_MODELS, DelayModel, as_script, validate_script
+from ..syncasync.delays import (
+    LOGNORMAL_SIGMA,
+    STRAGGLER_MODELS,
+    DelayModel,
+    as_script,
+    frozen_script,
+    validate_script,
+)
 
-__all__ = ["STRAGGLER_MODELS", "SimDelays", "as_script", "validate_script"]
+__all__ = ["STRAGGLER_MODELS", "SimDelays", "as_script", "frozen_script", "validate_script"]
 
 EXACT_WORLD = 64  # up to this many workers, delays are DelayModel's draws exactly
 _CACHE_STEPS = 4096

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -71,3 +72,13 @@ def validate_script(script: Sequence[Sequence[float]], world: int) -> None:
 def as_script(rows: Sequence[Sequence[float]] | None) -> tuple[tuple[float, ...], ...] | None:
     """A hashable, frozen copy of a delay script (or None)."""
     return None if rows is None else tuple(tuple(float(v) for v in row) for row in rows)
+
+
+def frozen_script(value: Any) -> tuple[tuple[float, ...], ...] | None:
+    """A config's delay_script as the frozen form configs store; ValueError if it is not lists of seconds."""
+    if value is None or isinstance(value, tuple):
+        return value
+    try:
+        return as_script(value)
+    except TypeError as exc:
+        raise ValueError(f"delay_script must be a list of per-worker lists of seconds: {exc}") from exc

@@ -10,42 +10,30 @@ import numpy as np
 from distributed import Client
 
 from ..cluster import worker_addresses
-from ..config import Config, check_choice, check_float, check_int
-from ..problem import Problem, ProblemSpec, check_training_fields
+from ..config import check_choice, check_float, check_int
+from ..problem import Problem, TrainingConfig
 from ..trace import OnUpdate, TraceRecorder
-from .delays import STRAGGLER_MODELS, DelayModel, as_script, validate_script
+from .delays import STRAGGLER_MODELS, DelayModel, frozen_script, validate_script
 
 MAX_WORKERS = 16
 
 
 @dataclass(frozen=True)
-class ChapterConfig(Config):
+class ChapterConfig(TrainingConfig):
     """Fields every sync/async experiment has: the problem, the optimiser, the straggler model, the budget."""
 
-    dataset: str = "digits"
-    model: str = "logreg"
-    lr: float = 0.5
-    batch_size: int = 32
     workers: int = 2
-    steps: int = 100
     straggler: str = "none"
     severity: float = 0.0
     delay_script: tuple[tuple[float, ...], ...] | None = None
-    eval_every: int = 10
-    seed: int = 0
-    n_samples: int | None = None
     timeout_s: float = 60.0
 
     def __post_init__(self) -> None:
-        if self.delay_script is not None and not isinstance(self.delay_script, tuple):
-            try:
-                object.__setattr__(self, "delay_script", as_script(self.delay_script))
-            except TypeError as exc:
-                raise ValueError(f"delay_script must be a list of per-worker lists of seconds: {exc}") from exc
+        object.__setattr__(self, "delay_script", frozen_script(self.delay_script))
         super().__post_init__()
 
     def validate(self) -> None:
-        check_training_fields(self)
+        super().validate()
         check_int("workers", self.workers, 1, MAX_WORKERS)
         check_choice("straggler", self.straggler, STRAGGLER_MODELS)
         check_float("severity", self.severity, 0.0, 10.0)
@@ -57,10 +45,6 @@ class ChapterConfig(Config):
     def world(self) -> int:
         """Worker processes the run uses (subclasses add backups)."""
         return self.workers
-
-    @property
-    def problem(self) -> ProblemSpec:
-        return ProblemSpec(self.dataset, self.model, self.seed, self.n_samples)
 
     def delay_model(self) -> DelayModel:
         """The straggler model of this run over all its worker processes."""
