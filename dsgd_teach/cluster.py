@@ -1,8 +1,9 @@
 """One call that returns a connected dask client: an existing scheduler, a GPU cluster, or a local one.
 
 Order of choice: the scheduler named by DSGD_SCHEDULER (or dask's `scheduler-address` config) — any dask
-deployment works unchanged; else a LocalCUDACluster when GPUs and dask-cuda are present; else a LocalCluster
-of single-threaded worker processes bound to 127.0.0.1. Closing the client closes a cluster it started.
+deployment works unchanged; else a LocalCUDACluster (one worker per GPU) when dask-cuda is present and there
+is a GPU for every worker wanted; else a LocalCluster of single-threaded worker processes bound to 127.0.0.1,
+whose workers still use a GPU if they see one. Closing the client closes a cluster it started.
 """
 
 from __future__ import annotations
@@ -24,6 +25,10 @@ log = logging.getLogger(__name__)
 MEMORY_BUDGET_BYTES = 2 * 1024**3
 KERNEL_RESERVE_BYTES = 512 * 1024**2
 MIN_WORKER_MEMORY_BYTES = 768 * 1024**2  # a worker with torch loaded needs ~400 MiB; dask pauses at 80%
+#: A worker that sees a GPU keeps CUDA's context, cuBLAS and NCCL state in host memory: on an H100 with torch 2.11
+#: a worker's RSS went 535 MiB (torch imported) -> 635 (context) -> 773 (a cuBLAS matmul) -> 1117 MiB (an NCCL
+#: group), past the CPU floor's terminate threshold. Binder's 2 GiB budget has no GPU, so it does not apply there.
+MIN_GPU_WORKER_MEMORY_BYTES = 3 * 1024**3
 PLUGIN_NAME = "dsgd-torch-threads"
 #: Background timers of an owned cluster, slowed from dask's defaults (20 ms, 500 ms, 100 ms): on 2 cores every
 #: wake-up of the scheduler, nannies or workers is taken from the experiment being timed. They drive only the
@@ -57,10 +62,20 @@ def threads_per_worker_process(n_workers: int, cores: int | None = None) -> int:
     return max(1, cores // max(1, n_workers))
 
 
-def worker_memory_limit(n_workers: int) -> int:
-    """Per-worker memory limit that keeps kernel + workers inside the 2 GiB budget (with a floor)."""
+def worker_memory_limit(n_workers: int, gpu: bool = False) -> int:
+    """Per-worker memory limit: inside the 2 GiB Binder budget (with a floor), or room for CUDA on a GPU host."""
     share = (MEMORY_BUDGET_BYTES - KERNEL_RESERVE_BYTES) // max(1, n_workers)
-    return max(MIN_WORKER_MEMORY_BYTES, share)
+    return max(MIN_GPU_WORKER_MEMORY_BYTES if gpu else MIN_WORKER_MEMORY_BYTES, share)
+
+
+def visible_gpus() -> int:
+    """CUDA devices this process sees (worker processes it starts see the same); 0 without CUDA."""
+    try:
+        import torch
+
+        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except Exception:  # pragma: no cover - a broken CUDA install counts as none
+        return 0
 
 
 class TorchThreads(WorkerPlugin):
@@ -113,6 +128,12 @@ class CourseClient(Client):
             )
         if n_workers == self.n_workers():
             return _describe(n_workers)
+        gpus = len(getattr(self._owned_cluster, "cuda_visible_devices", None) or ())
+        if self.info.kind == "cuda" and n_workers > gpus:
+            raise RuntimeError(
+                f"this GPU cluster runs one worker per GPU and has {gpus} GPU(s), so it cannot grow to {n_workers} "
+                "workers; start_client(n, use_gpu=False) gives CPU worker processes, which still use the GPU"
+            )
         self._owned_cluster.scale(n_workers)
         deadline = time.monotonic() + timeout
         while self.n_workers() != n_workers:
@@ -161,16 +182,20 @@ def _external_address(scheduler: str | None) -> str | None:
     return scheduler or os.environ.get("DSGD_SCHEDULER") or dask.config.get("scheduler-address", None)
 
 
-def _gpu_cluster(n_workers: int | None) -> tuple[LocalCluster | None, str]:
-    """A LocalCUDACluster (one worker per GPU) or None and the reason it was not used."""
-    try:
-        import torch
+def _gpu_cluster(n_workers: int | None, gpus: int, asked: bool) -> tuple[LocalCluster | None, str]:
+    """A LocalCUDACluster (one worker per GPU) or None and the reason it was not used.
 
-        gpus = torch.cuda.device_count()
-    except Exception as exc:  # pragma: no cover - torch always importable here
-        return None, f"no GPU path ({exc})"
+    Without an explicit worker count, "auto" (asked=False) wants at least two GPUs: the chapters' experiments
+    need two or more workers, and a one-worker GPU cluster cannot grow past its GPUs.
+    """
     if gpus == 0:
         return None, "no GPU visible"
+    wanted = n_workers or (gpus if asked or gpus >= 2 else 2)
+    if wanted > gpus:
+        return None, (
+            f"{gpus} GPU(s) visible, fewer than the {wanted} workers wanted (one per GPU); "
+            "CPU worker processes, which still use the GPU"
+        )
     try:
         from dask_cuda import LocalCUDACluster
     except ImportError:
@@ -179,7 +204,7 @@ def _gpu_cluster(n_workers: int | None) -> tuple[LocalCluster | None, str]:
         cluster = LocalCUDACluster(
             host="127.0.0.1",
             dashboard_address="127.0.0.1:0",
-            n_workers=min(n_workers or gpus, gpus),
+            n_workers=wanted,
             threads_per_worker=1,
         )
         return cluster, f"LocalCUDACluster with one worker per GPU ({gpus} visible)"
@@ -206,8 +231,9 @@ def start_client(
         kind = "external"
     else:
         reason = "GPU use switched off"
+        gpus = visible_gpus()
         if use_gpu:
-            cluster, reason = _gpu_cluster(n_workers)
+            cluster, reason = _gpu_cluster(n_workers, gpus, asked=use_gpu is True)
         if cluster is not None:
             kind, note = "cuda", reason
         else:
@@ -222,7 +248,7 @@ def start_client(
                     host="127.0.0.1",
                     scheduler_port=0,
                     dashboard_address="127.0.0.1:0",
-                    memory_limit=worker_memory_limit(n),
+                    memory_limit=worker_memory_limit(n, gpu=gpus > 0),
                     silence_logs=logging.ERROR,
                 )
             kind = "local"

@@ -10,7 +10,15 @@ import pytest
 import torch
 from distributed import LocalCluster
 
-from dsgd_teach.cluster import start_client, threads_per_worker_process, worker_addresses, worker_memory_limit
+from dsgd_teach.cluster import (
+    MIN_GPU_WORKER_MEMORY_BYTES,
+    ClusterInfo,
+    _gpu_cluster,
+    start_client,
+    threads_per_worker_process,
+    worker_addresses,
+    worker_memory_limit,
+)
 
 
 def _worker_pids() -> set[int]:
@@ -72,8 +80,47 @@ def test_threads_and_memory_rules():
     assert threads_per_worker_process(3, cores=8) == 2
     assert threads_per_worker_process(16, cores=2) == 1
     assert worker_memory_limit(2) * 2 <= 2 * 1024**3
+    # a worker that sees a GPU held 1117 MiB with CUDA, cuBLAS and NCCL up (H100): the Binder budget is too small
+    assert worker_memory_limit(2, gpu=True) == MIN_GPU_WORKER_MEMORY_BYTES >= 2 * 1117 * 1024**2
     with pytest.raises(ValueError, match="n_workers"):
         start_client(0, quiet=True)
+
+
+@pytest.mark.parametrize(
+    ("n_workers", "gpus", "asked", "reason"),
+    [
+        (None, 0, False, "no GPU visible"),
+        (None, 1, False, "1 GPU(s) visible, fewer than the 2 workers wanted"),  # chapters need two workers
+        (2, 1, True, "1 GPU(s) visible, fewer than the 2 workers wanted"),
+        (3, 2, False, "2 GPU(s) visible, fewer than the 3 workers wanted"),
+    ],
+)
+def test_gpu_cluster_only_when_every_worker_gets_a_gpu(n_workers, gpus, asked, reason):
+    """Pure policy, no GPU needed: too few GPUs means CPU worker processes, and the note says why."""
+    cluster, note = _gpu_cluster(n_workers, gpus, asked)
+    assert cluster is None and reason in note
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the path where dask-cuda is missing")
+def test_enough_gpus_without_dask_cuda_names_the_extra(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "dask_cuda", None)  # import fails, as when the [gpu] extra is not installed
+    cluster, note = _gpu_cluster(None, 2, asked=False)
+    assert cluster is None and "dask-cuda is not installed" in note and "[gpu]" in note
+
+
+@pytest.mark.timeout(120)
+def test_a_gpu_cluster_refuses_to_grow_past_its_gpus(fresh_client):
+    """resize() on a one-worker-per-GPU cluster beyond its GPUs says what to do instead of failing inside dask."""
+    real = fresh_client.info
+    fresh_client.info = ClusterInfo("cuda", "a GPU cluster (kind faked; this cluster has no GPUs)", None)
+    try:
+        with pytest.raises(RuntimeError, match="one worker per GPU and has 0 GPU.*use_gpu=False"):
+            fresh_client.resize(3)
+    finally:
+        fresh_client.info = real
+    assert fresh_client.n_workers() == 2
 
 
 @pytest.mark.timeout(120)

@@ -22,7 +22,7 @@ from dsgd_teach.threads import (
     run_streams,
     run_threads_lab,
 )
-from dsgd_teach.threads.fresh import run_fresh
+from dsgd_teach.threads.fresh import _kill_group, _stacks, run_fresh, zygote_command
 from dsgd_teach.trace import StopRequested, TraceRecorder
 
 TINY = {"repeats": 1, "warmup": 0}
@@ -123,6 +123,27 @@ def test_a_failing_configuration_gives_a_clear_error_and_cleans_up(client):
 
 
 @pytest.mark.timeout(60)
+def test_a_hung_zygote_reports_where_it_is(tmp_path):
+    """The timeout message's stacks: a real zygote given no job waits in main() for its stdin line."""
+    import subprocess
+
+    with open(tmp_path / "stderr", "w+b") as errors:
+        proc = subprocess.Popen(zygote_command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors,
+                                start_new_session=True)
+        try:
+            deadline = time.monotonic() + 45
+            # torch mapped means the boot line that installs the SIGUSR1 handler has run
+            while "libtorch" not in open(f"/proc/{proc.pid}/maps").read():
+                assert time.monotonic() < deadline and proc.poll() is None, "zygote did not start"
+                time.sleep(0.1)
+            while "main" not in (report := _stacks(proc, errors)):
+                assert time.monotonic() < deadline and proc.poll() is None, report
+        finally:
+            _kill_group(proc)
+    assert "where the measuring processes were" in report and "zygote.py" in report, report
+
+
+@pytest.mark.timeout(60)
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU skip path")
 def test_cuda_streams_skip_cleanly_without_a_gpu(client):
     result = run_streams(StreamsConfig(), client)
@@ -134,7 +155,8 @@ def test_cuda_streams_skip_cleanly_without_a_gpu(client):
 @pytest.mark.timeout(120)
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_streams_compute_the_same_values_as_the_default_stream(client):
-    result = run_streams(StreamsConfig(chains=3, size=64, depth=3, **TINY), client)
+    # The run's own timeout comes before pytest's, so a hang reports the measuring processes' stacks.
+    result = run_streams(StreamsConfig(chains=3, size=64, depth=3, timeout_s=60, **TINY), client)
     assert result.summary["skipped"] == 0.0
     assert result.summary["max_abs_diff"] <= 1e-4
     assert {"default_stream_ms", "streams_ms", "streams_speedup"} <= set(result.summary)

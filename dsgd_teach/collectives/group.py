@@ -96,7 +96,11 @@ def plan_group(client: Client, world: int, device: str = "auto", timeout_s: floa
     one_gpu_per_worker = getattr(info, "kind", "") == "cuda"
     enough = all(g > 0 for g in gpus) and (one_gpu_per_worker or world <= min(gpus))
     if device == "cuda" and not enough:
-        raise ValueError(f"device='cuda' needs a GPU per rank; the workers see {gpus} GPU(s)")
+        seen = ", ".join(map(str, gpus))
+        raise ValueError(
+            f"device='cuda' needs a GPU of its own for each of the {world} ranks (NCCL does not share one GPU "
+            f"between ranks); the workers see {seen} GPU(s) each; use device='cpu' or fewer workers"
+        )
     use_cuda = device == "cuda" or (device == "auto" and enough)
     if use_cuda:
         devices = tuple("cuda:0" if one_gpu_per_worker else f"cuda:{r}" for r in range(world))

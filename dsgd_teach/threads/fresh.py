@@ -27,7 +27,10 @@ from .lines import LineReader
 
 #: Starts the zygote without running the package __init__ files (dask, pandas, matplotlib): the fresh process
 #: then imports only torch and the four small modules it needs, which saves seconds per run on a small machine.
+#: Its first line makes SIGUSR1 print every thread's Python stack to stderr (in forked children too), so a
+#: configuration that hangs can say where.
 _BOOT = (
+    "import faulthandler, signal; faulthandler.register(signal.SIGUSR1, all_threads=True)\n"
     "import sys, types\n"
     "for name, path in (('dsgd_teach', {root!r}), ('dsgd_teach.threads', {here!r})):\n"
     "    pkg = types.ModuleType(name); pkg.__path__ = [path]; sys.modules[name] = pkg\n"
@@ -52,6 +55,24 @@ def _kill_group(proc: subprocess.Popen) -> None:
     proc.wait(timeout=10)
 
 
+def _stacks(proc: subprocess.Popen, errors: Any) -> str:
+    """Ask the zygote and its children for their Python stacks (SIGUSR1) and return what they wrote."""
+    try:
+        os.killpg(proc.pid, signal.SIGUSR1)
+    except ProcessLookupError:
+        return ""
+    size, deadline = -1, time.monotonic() + 2.0
+    while time.monotonic() < deadline:  # until the dumps stop growing
+        time.sleep(0.2)
+        now = os.fstat(errors.fileno()).st_size
+        if now == size:
+            break
+        size = now
+    errors.seek(0)
+    tail = errors.read().decode(errors="replace")[-4000:]
+    return f"; where the measuring processes were:\n{tail}" if tail.strip() else ""
+
+
 def zygote_task(ctx: WorkerContext, job: dict[str, Any], timeout_s: float) -> dict[str, Any]:
     """Worker side: start the zygote, forward each configuration's rows as trace events, stop when asked."""
     n_configs, cores = len(job["configs"]), cpu_count()
@@ -70,7 +91,10 @@ def zygote_task(ctx: WorkerContext, job: dict[str, Any], timeout_s: float) -> di
                     stopped = True
                     break
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"thread experiment not finished within {timeout_s:.0f} s ({done} of {n_configs} done)")
+                    raise TimeoutError(
+                        f"thread experiment not finished within {timeout_s:.0f} s ({done} of {n_configs} done)"
+                        + _stacks(proc, errors)
+                    )
                 line = reader.read_line(0.2)
                 if line is None:
                     if reader.eof:

@@ -12,6 +12,7 @@ Started by fresh.py on a dask worker (see fresh.zygote_command); `python -m dsgd
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import signal
@@ -170,6 +171,7 @@ def _reap(pid: int, deadline: float) -> None:
 
 def main() -> None:
     """Read the job, run its configurations one after the other, print one JSON line each."""
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # stacks on demand (fresh.py's timeout message)
     die_with_parent()
     job = json.loads(sys.stdin.readline())
     info = {"worker_pid": os.getppid(), "zygote_pid": os.getpid(), "omp_env": os.environ.get("OMP_NUM_THREADS", "")}
