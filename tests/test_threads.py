@@ -189,6 +189,15 @@ def test_zygote_children_run_with_the_requested_pools_in_their_own_processes():
     assert "error" in bad and "thread" in bad["error"].lower()
 
 
+@pytest.mark.timeout(150)
+def test_a_failed_configuration_reports_its_own_error_not_a_broken_pipe():
+    """A child that fails exits at once; telling it to stop must not replace its error (it did in 12 of 40)."""
+    bad = {"intra": 0, "inter": 1, "processes": 1, "suite": _suite()}
+    replies = _zygote({"timeout_s": 60, "configs": [bad] * 20})
+    assert len(replies) == 20
+    assert all("set_num_threads" in r.get("error", "") for r in replies), [r.get("error") for r in replies]
+
+
 def test_plots_draw_from_empty_and_partial_traces():
     from matplotlib.figure import Figure
 

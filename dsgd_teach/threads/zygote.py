@@ -134,7 +134,10 @@ def run_config(cfg: dict[str, Any], timeout_s: float) -> dict[str, Any]:
             if first != "ready":
                 errors.append(json.loads(first)["error"] if first else "child exited without a word")
         for _, go_w, _ in kids:
-            os.write(go_w, b"g" if not errors else b"x")
+            try:
+                os.write(go_w, b"g" if not errors else b"x")
+            except BrokenPipeError:  # that child has already exited; its own line says why (read above or below)
+                pass
         if errors:
             return {"error": errors[0]}
         rows = []
