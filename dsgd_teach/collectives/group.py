@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 from distributed import Client
 
-from ..cluster import worker_addresses
+from ..cluster import visible_gpus, worker_addresses
 from ..live import WorkerContext, run_live
 from ..trace import TraceRecorder
 from .comm import Comm
@@ -64,11 +64,6 @@ def worker_host(address: str) -> str:
     return urlparse(address).hostname or "127.0.0.1"
 
 
-def _gpu_count() -> int:
-    """GPUs this worker process can see (0 without CUDA)."""
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
-
-
 def ensure_workers(client: Client, n: int) -> list[str]:
     """Addresses of n workers that can run ranks at once: grows a course cluster, else raises a clear error."""
     have = worker_addresses(client)
@@ -90,7 +85,7 @@ def plan_group(client: Client, world: int, device: str = "auto", timeout_s: floa
         raise ValueError(f"device must be one of {DEVICES}, got {device!r}")
     addresses = ensure_workers(client, world)
     setup_s = max(60.0, timeout_s)  # first tasks import torch on the workers: slow on a busy laptop
-    probes = [client.submit(_gpu_count, workers=[a], pure=False) for a in addresses]
+    probes = [client.submit(visible_gpus, workers=[a], pure=False) for a in addresses]
     gpus = [f.result(timeout=setup_s) for f in probes]
     info = getattr(client, "info", None)
     one_gpu_per_worker = getattr(info, "kind", "") == "cuda"
