@@ -190,7 +190,12 @@ def _gpu_cluster(n_workers: int | None, gpus: int, asked: bool) -> tuple[LocalCl
     """
     if gpus == 0:
         return None, "no GPU visible"
-    wanted = n_workers or (gpus if asked or gpus >= 2 else 2)
+    if n_workers is not None:
+        wanted = n_workers
+    elif asked or gpus >= 2:
+        wanted = gpus  # one worker per GPU
+    else:
+        wanted = 2  # "auto" with one GPU: the chapters need two workers
     if wanted > gpus:
         return None, (
             f"{gpus} GPU(s) visible, fewer than the {wanted} workers wanted (one per GPU); "
