@@ -55,8 +55,10 @@ def test_sync_without_backups_equals_large_batch_sequential_sgd(client3) -> None
 def test_backup_step_aggregates_exactly_the_first_n_arrivals(client3) -> None:
     # rank 0 is held up at step 1: that step must be made of ranks 1 and 2, and rank 0's gradient must be
     # cancelled (never sent, never mixed into a later step). The hold-up is long (3 s) so that the other two
-    # finish step 1 within it even on a loaded machine; it is cut short as soon as they do.
-    script = [[0.0, 3.0], [0.0] * 2, [0.0] * 2]
+    # finish step 1 within it even on a loaded machine; it is cut short as soon as they do. Ranks 1 and 2 are
+    # held 1 s at step 0, so rank 0 is sure to be in step 0's pair: a rank that comes last at step 0 on a busy
+    # machine may find step 1 already done and skip it (seen in CI), and then it is never held up at all.
+    script = [[0.0, 3.0], [1.0, 0.0], [1.0, 0.0]]
     config = SyncConfig(workers=2, backups=1, steps=5, lr=0.5, batch_size=16, delay_script=script)
     result = run_sync(config, client3)
     trace = result.trace
