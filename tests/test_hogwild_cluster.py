@@ -61,6 +61,21 @@ def test_one_worker_is_exactly_sequential_sgd(client, backend: str, dataset: str
     assert not result.stopped
 
 
+@pytest.mark.parametrize("backend", ["processes", "threads"])
+@pytest.mark.parametrize("dataset", ["sparse", "dense"])
+def test_workers_taking_turns_are_exactly_the_interleaved_sequential_sgd(client, backend: str, dataset: str) -> None:  # noqa: ANN001
+    """Round-robin is deterministic; an odd number of training rows makes one shard a row longer than the other."""
+    config = SMALL.replace(round_robin=True, backend=backend, dataset=dataset, n_samples=2001,
+                           n_features=500 if dataset == "sparse" else 20)
+    data = load_data(config.data_spec)
+    result = run_hogwild(config, client)
+    oracle = reference.round_robin_sgd(data, config.lr, config.epochs, config.seed, 2, lr_decay=config.lr_decay)
+    assert data.n_train % 2 == 1
+    assert np.array_equal(result.params, oracle)
+    assert result.summary["updates"] == config.epochs * data.n_train and result.summary["scheme"] == "round-robin"
+    assert not result.stopped
+
+
 def test_two_workers_apply_every_update_of_their_own_shards(client) -> None:  # noqa: ANN001
     result = run_hogwild(SMALL, client)
     trace = result.trace
@@ -104,14 +119,15 @@ def test_lock_free_converges_below_the_stated_loss(client, seed: int) -> None:  
     assert result.summary["test_accuracy"] > 0.7
 
 
-def test_a_stopped_run_returns_a_partial_result_and_frees_its_block(client) -> None:  # noqa: ANN001
+@pytest.mark.parametrize("round_robin", [False, True])
+def test_a_stopped_run_returns_a_partial_result_and_frees_its_block(client, round_robin: bool) -> None:  # noqa: ANN001
     seen = []
 
     def stop_soon(event: dict) -> None:
         seen.append(event)
         raise StopRequested
 
-    config = CONVERGE.replace(epochs=2000, report_every=1000)
+    config = CONVERGE.replace(epochs=2000, report_every=1000, round_robin=round_robin)
     result = run_hogwild(config, client, on_update=stop_soon)
     assert result.stopped
     assert 0 < result.summary["updates"] < config.epochs * load_data(config.data_spec).n_train
@@ -133,9 +149,13 @@ def test_wrong_config_type_is_refused(client) -> None:  # noqa: ANN001
 
 
 @pytest.mark.timeout(240)
-def test_a_dead_worker_gives_a_clear_error_and_frees_the_block() -> None:
+@pytest.mark.parametrize("round_robin", [False, True], ids=["lock-free", "round-robin"])
+def test_a_dead_worker_gives_a_clear_error_and_frees_the_block(round_robin: bool) -> None:
+    """The survivor must not keep the cluster waiting, also when it was waiting for the dead rank's turn."""
     with start_client(2, quiet=True, use_gpu=False) as own:
-        victim = own.run(os.getpid)[sorted(own.scheduler_info()["workers"])[1]]
+        survivor, doomed = sorted(own.scheduler_info()["workers"])
+        pids = own.run(os.getpid)
+        victim = pids[doomed]
         killed = []
 
         def kill_rank1(event: dict) -> None:
@@ -144,8 +164,11 @@ def test_a_dead_worker_gives_a_clear_error_and_frees_the_block() -> None:
                 os.kill(victim, signal.SIGKILL)
 
         with pytest.raises(WorkerLost, match="rank 1"):
-            run_hogwild(CONVERGE.replace(epochs=5000, report_every=1000), own, on_update=kill_rank1)
+            run_hogwild(CONVERGE.replace(epochs=5000, report_every=1000, round_robin=round_robin), own,
+                        on_update=kill_rank1)
         assert killed
+        # the surviving rank gave up too: its worker takes new work (a rank left waiting would keep it busy)
+        assert own.submit(os.getpid, workers=[survivor], pure=False).result(timeout=60) == pids[survivor]
         t = time.monotonic()
     assert time.monotonic() - t < 60, "closing the cluster waited for the surviving rank"
 
@@ -166,8 +189,9 @@ def test_sweeps_measure_what_they_claim_and_plot(client) -> None:  # noqa: ANN00
     over = sweeps.oversubscription(client, SMALL, threads=(1, 3))
     assert sorted(over.threads.unique()) == [1, 3] and (over.cores >= 1).all()
     runs = sweeps.baselines(client, SMALL)
-    assert [r.config.workers for r in runs.values()] == [1, 2, 2]
-    assert [r.config.lock for r in runs.values()] == [False, False, True]
+    assert [r.config.workers for r in runs.values()] == [1, 2, 2, 2]
+    assert [r.config.scheme for r in runs.values()] == ["lock-free", "lock-free", "locked", "round-robin"]
+    assert len({r.summary["updates"] for r in runs.values()}) == 1
     figures = [plots.plot_baselines(runs), plots.plot_scaling({"sparse": table}), plots.plot_lost(lost),
                plots.plot_oversubscription(over)]
     fig = plt.figure()
@@ -180,8 +204,12 @@ def test_panel_runs_and_stops_and_frees_its_block(client) -> None:  # noqa: ANN0
     from dsgd_teach.hogwild.panel import hogwild_panel
 
     panel = hogwild_panel(client, SMALL.replace(epochs=3))
-    assert set(panel.controls) == {"workers", "density", "skew", "epochs", "lock", "lr"}
+    assert set(panel.controls) == {"workers", "density", "skew", "epochs", "lock", "round_robin", "lr"}
     panel.controls["lock"].value = True
+    panel.controls["round_robin"].value = True
+    panel.start()  # both at once is refused in the panel, naming the fields
+    assert not panel.running and "round_robin=True and lock=True" in panel.error_box.value
+    panel.controls["round_robin"].value = False
     panel.start()
     result = panel.wait(120)
     assert panel.error is None and result is not None and result.config.lock and not result.stopped

@@ -42,6 +42,8 @@ DENSE = DataSpec("dense", 800, 12, 1.0, 5)
         ({"backend": "gpu"}, "backend"),
         ({"dataset": "digits"}, "dataset"),
         ({"lock": "yes"}, "lock"),
+        ({"round_robin": 1}, "round_robin"),
+        ({"round_robin": True, "lock": True}, "round_robin=True and lock=True"),
         ({"skew": -0.5}, "skew"),
         ({"skew": 3.5}, "skew"),
         ({"n_samples": 1_000_000, "density": 1.0}, "n_samples * n_features * density"),
@@ -98,6 +100,62 @@ def test_locked_kernel_equals_lock_free_kernel_on_one_thread() -> None:
         kernels.sparse_sgd(free, *kernel_arrays(data), order, 0.5)
         kernels.sparse_sgd_locked(block["w"], *kernel_arrays(data), order, 0.5, np.uint64(block.mutex_address))
         assert np.array_equal(block["w"], free)
+
+
+def _turn_cells(world: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    return np.zeros(1, np.int64), np.zeros(world, np.int64), np.zeros(1, np.int64)
+
+
+@pytest.mark.parametrize("spec", [SPARSE, DENSE], ids=["sparse", "dense"])
+def test_round_robin_kernels_on_one_thread_equal_the_lock_free_kernels(spec: DataSpec) -> None:
+    data = load_data(spec)
+    order = epoch_order(0, data.n_train, 0, 1, 0)
+    free, turns = np.zeros(data.n_features), np.zeros(data.n_features)
+    lock_free = kernels.sparse_sgd if data.sparse else kernels.dense_sgd
+    taking_turns = kernels.sparse_sgd_round_robin if data.sparse else kernels.dense_sgd_round_robin
+    loss = lock_free(free, *kernel_arrays(data), order, 0.5)
+    cells = _turn_cells(1)
+    assert taking_turns(turns, *kernel_arrays(data), order, 0.5, cells, 0, True) == (loss, len(order))
+    assert np.array_equal(turns, free)
+    assert cells[1][0] == 1 and cells[0][0] == 0  # done, and the turn came back to the only rank
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_threads_taking_turns_apply_the_interleaved_sequence_exactly(world: int) -> None:
+    """Round-robin is deterministic: rank 0's first update, rank 1's first, ..., with uneven shards too."""
+    data = load_data(SPARSE)
+    shards = [epoch_order(*shard_rows(data.n_train - 1, r, world), 0, 3, r) for r in range(world)]
+    w, cells, made = np.zeros(data.n_features), _turn_cells(world), {}
+
+    def body(rank: int) -> None:
+        made[rank] = kernels.sparse_sgd_round_robin(w, *kernel_arrays(data), shards[rank], 0.5, cells, rank, True)[1]
+
+    threads = [threading.Thread(target=body, args=(r,)) for r in range(world)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    interleaved = [s[k] for k in range(max(map(len, shards))) for s in shards if k < len(s)]
+    expected = np.zeros(data.n_features)
+    kernels.sparse_sgd(expected, *kernel_arrays(data), np.array(interleaved, dtype=np.int64), 0.5)
+    assert made == {r: len(s) for r, s in enumerate(shards)}
+    assert len({len(s) for s in shards}) > 1  # the shards really were uneven
+    assert np.array_equal(w, expected)
+
+
+def test_a_rank_waiting_for_a_turn_that_never_comes_is_released_by_abort() -> None:
+    data = load_data(SPARSE)
+    order = epoch_order(0, 50, 0, 1, 0)
+    w, cells, out = np.zeros(data.n_features), _turn_cells(2), []
+    waiter = threading.Thread(
+        target=lambda: out.append(kernels.sparse_sgd_round_robin(w, *kernel_arrays(data), order, 0.5, cells, 1, True))
+    )
+    waiter.start()  # rank 1 waits for rank 0, which never runs
+    waiter.join(0.5)
+    assert waiter.is_alive() and not w.any()
+    cells[2][0] = 1
+    waiter.join(30)
+    assert not waiter.is_alive() and out == [(0.0, 0)]
 
 
 def test_shards_are_disjoint_and_orders_are_permutations() -> None:

@@ -67,21 +67,31 @@ class HogwildConfig(_SharedFields):
     """Hogwild SGD for logistic regression: `workers` processes (or threads) update one shared vector.
 
     Each worker makes `epochs` passes over its own shard; the step size in epoch k is lr * lr_decay**k (the
-    paper's backoff). lock=True takes a shared mutex around every update; workers=1 is plain sequential SGD.
-    report_every is the number of updates per kernel call (and at most one progress event per call).
+    paper's backoff). lock=True takes a shared mutex around every update; round_robin=True makes the workers
+    take turns, one update each in rank order (the paper's other synchronising baseline); workers=1 is plain
+    sequential SGD. report_every is the number of updates per kernel call (and at most one progress event per call).
     """
 
     lr: float = 0.5
     lr_decay: float = 1.0
     epochs: int = 5
     report_every: int = 5_000
+    round_robin: bool = False
 
     def validate(self) -> None:
         super().validate()
+        check_bool("round_robin", self.round_robin)
+        if self.round_robin and self.lock:
+            raise ValueError("round_robin=True and lock=True: choose one way to coordinate the workers (or neither)")
         check_float("lr", self.lr, 0.0, 100.0, lo_open=True)
         check_float("lr_decay", self.lr_decay, 0.0, 1.0, lo_open=True)
         check_int("epochs", self.epochs, 1, 10_000)
         check_int("report_every", self.report_every, 1, 10_000_000)
+
+    @property
+    def scheme(self) -> str:
+        """How the workers coordinate their writes: 'lock-free' (Hogwild), 'locked' or 'round-robin'."""
+        return "round-robin" if self.round_robin else "locked" if self.lock else "lock-free"
 
 
 @dataclass(frozen=True)

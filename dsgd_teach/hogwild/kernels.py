@@ -1,7 +1,8 @@
 """Compiled inner loops (numba, nogil): one logistic-regression SGD update per row, lock-free or locked.
 
 Every kernel works in place on `w`, which may be a view of shared memory that other processes or threads are
-writing at the same moment: that is Hogwild. The locked variants take the shared mutex around each update.
+writing at the same moment: that is Hogwild. The locked variants take the shared mutex around each update; the
+round-robin variants wait for their turn before each update and pass it on after (turns.py).
 Floating-point operations happen in a fixed order, so a single worker reproduces `reference.py` bit for bit.
 The sparse loops prefetch the rows and coordinates of the next few updates (prefetch.py), which changes no
 value but lets the wait for memory overlap with work.
@@ -16,6 +17,7 @@ from numba import njit
 
 from .mutex import acquire, mutex_unlock
 from .prefetch import prefetch_read, prefetch_write
+from .turns import finish_turns, pass_turn, wait_turn
 
 #: How many updates ahead the sparse loops ask for: a row's offsets, then its entries and label, then the
 #: coordinates of w it will write. Each stage needs what the one before fetched. On 2 cores (`make bench`'s sparse
@@ -102,6 +104,26 @@ def sparse_sgd_locked(w, indptr, indices, data, y, order, lr, mutex):  # noqa: A
 
 
 @njit(nogil=True, cache=True)
+def sparse_sgd_round_robin(w, indptr, indices, data, y, order, lr, turns, rank, last):  # noqa: ANN001, ANN201
+    """The same loop taking turns: wait for this rank's turn, update, pass the turn on (the round-robin baseline).
+
+    turns = (turn, done, abort) arrays of the shared block; last=True marks the rank done after its final update.
+    Returns (summed loss, updates made): fewer than len(order) only when abort was set while waiting.
+    """
+    turn, done, abort = turns
+    total = 0.0
+    for t in range(len(order)):
+        _prefetch_ahead(w, indptr, indices, data, y, order, t)
+        if not wait_turn(turn, abort, rank):
+            return total, t
+        total += _sparse_update(w, indptr, indices, data, y, order[t], lr)
+        if last and t == len(order) - 1:
+            finish_turns(done, rank)
+        pass_turn(turn, done, rank)
+    return total, len(order)
+
+
+@njit(nogil=True, cache=True)
 def dense_sgd(w, X, y, order, lr):  # noqa: ANN001, ANN201
     """Lock-free SGD over rows `order` of a dense matrix."""
     total = 0.0
@@ -119,6 +141,21 @@ def dense_sgd_locked(w, X, y, order, lr, mutex):  # noqa: ANN001, ANN201
         total += _dense_update(w, X, y, i, lr)
         mutex_unlock(mutex)
     return total
+
+
+@njit(nogil=True, cache=True)
+def dense_sgd_round_robin(w, X, y, order, lr, turns, rank, last):  # noqa: ANN001, ANN201
+    """Dense SGD taking turns (see sparse_sgd_round_robin)."""
+    turn, done, abort = turns
+    total = 0.0
+    for t in range(len(order)):
+        if not wait_turn(turn, abort, rank):
+            return total, t
+        total += _dense_update(w, X, y, order[t], lr)
+        if last and t == len(order) - 1:
+            finish_turns(done, rank)
+        pass_turn(turn, done, rank)
+    return total, len(order)
 
 
 @njit(nogil=True, cache=True)

@@ -1,4 +1,4 @@
-"""The chapter's widget panel: workers, density and skew (sparsity), lock on/off and learning rate, live plot."""
+"""The chapter's widget panel: workers, density and skew (sparsity), lock or turns on/off, learning rate, live plot."""
 
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ def hogwild_panel(client: Client, config: HogwildConfig | None = None, max_worke
         "epochs": widgets.IntSlider(value=config.epochs, min=10, max=5_000, step=10, description="epochs",
                                     continuous_update=False, style=style),
         "lock": widgets.Checkbox(value=config.lock, description="lock around every update"),
+        "round_robin": widgets.Checkbox(value=config.round_robin, description="take turns (round-robin)"),
         "lr": widgets.FloatLogSlider(value=config.lr, base=10, min=-2, max=1, step=0.1, description="learning rate",
                                      continuous_update=False, style=style),
     }

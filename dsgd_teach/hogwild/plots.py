@@ -45,7 +45,7 @@ def plot_baselines(results: Mapping[str, Result], figsize: tuple[float, float] =
     ax_loss.legend(fontsize="small")
     labels = list(results)
     rates = [results[k].summary["updates_per_s"] / 1e6 for k in labels]
-    ax_rate.barh(labels, rates, color=["0.5", "tab:green", "tab:red"][: len(labels)])
+    ax_rate.barh(labels, rates, color=["0.5", "tab:green", "tab:red", "tab:purple"][: len(labels)])
     ax_rate.set(xlabel="million updates per second")
     for ax in (ax_loss, ax_rate):
         ax.grid(alpha=0.3)

@@ -50,6 +50,26 @@ def sequential_sgd(
     return np.array(w, dtype=np.float64)
 
 
+def round_robin_sgd(
+    data: HogwildData, lr: float, epochs: int, seed: int, world: int, lr_decay: float = 1.0
+) -> np.ndarray:
+    """What `world` workers taking turns must produce: one sequential SGD over their updates interleaved in rank
+    order (rank 0's first, rank 1's first, ..., rank 0's second, ...), a rank with none left being skipped."""
+    queues = []
+    for rank in range(world):
+        start, stop = shard_rows(data.n_train, rank, world)
+        queues.append([(int(i), lr * lr_decay**epoch) for epoch in range(epochs)
+                       for i in epoch_order(start, stop, epoch, seed, rank)])
+    w = [0.0] * data.n_features
+    for k in range(max(len(q) for q in queues)):
+        for queue in queues:
+            if k < len(queue):
+                i, step = queue[k]
+                cols, vals = row_entries(data, i)
+                logistic_step(w, cols, vals, float(data.y[i]), step)
+    return np.array(w, dtype=np.float64)
+
+
 def sequential_counts(data: HogwildData, passes: int) -> np.ndarray:
     """What the counting experiment must land: each feature's number of nonzeros times the passes."""
     counts = np.zeros(data.n_features, dtype=np.int64)

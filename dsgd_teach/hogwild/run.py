@@ -30,6 +30,8 @@ def check_cluster(config: AnyConfig, client: Client) -> None:
     """Refuse runs whose ranks could not all run at once (a dask worker runs one task at a time)."""
     if config.lock and not HAVE_MUTEX:
         raise RuntimeError("lock=True needs POSIX pthread mutexes, which this platform lacks")
+    if getattr(config, "round_robin", False) and not HAVE_MUTEX:
+        raise RuntimeError("round_robin=True needs POSIX (sched_yield), which this platform lacks")
     if config.backend == "processes":
         n = len(worker_addresses(client))
         if config.workers > n:
@@ -45,12 +47,17 @@ def _run_ranks(config: AnyConfig, client: Client, recorder: TraceRecorder) -> tu
     n_features = config.data_spec.n_features
     arrays = block_arrays(config, n_features)
     with create_block(arrays) as block:
-        if config.backend == "processes":
-            args = [(config, block.spec)] * config.workers
-            results, stopped = run_live(client, process_task, args, recorder, timeout_s=config.timeout_s)
-        else:
-            (results,), stopped = run_live(client, threads_task, [(config, block.spec)], recorder, timeout_s=config.timeout_s)
-            results = results or []
+        try:
+            if config.backend == "processes":
+                args = [(config, block.spec)] * config.workers
+                results, stopped = run_live(client, process_task, args, recorder, timeout_s=config.timeout_s)
+            else:
+                (results,), stopped = run_live(
+                    client, threads_task, [(config, block.spec)], recorder, timeout_s=config.timeout_s
+                )
+                results = results or []
+        finally:  # a rank still waiting for its turn (its peer died, or the run timed out) gives up now
+            block["abort"][0] = 1
         final = block[arrays[0][0]].copy()
     return final, [r for r in results if r is not None], stopped
 
@@ -68,7 +75,8 @@ def _timing(stats: list[dict[str, Any]], t0: float) -> dict[str, float]:
 
 
 def run_hogwild(config: HogwildConfig, client: Client, on_update: OnUpdate | None = None) -> Result:
-    """Hogwild SGD (or, with lock=True, the locked baseline; with workers=1, sequential SGD) on the cluster."""
+    """Hogwild SGD on the cluster (or a baseline: lock=True, the locked loop; round_robin=True, workers taking
+    turns; workers=1, sequential SGD)."""
     if not isinstance(config, HogwildConfig):
         raise TypeError(f"run_hogwild needs a HogwildConfig, got {type(config).__name__}")
     recorder = TraceRecorder(on_update)
@@ -78,6 +86,7 @@ def run_hogwild(config: HogwildConfig, client: Client, on_update: OnUpdate | Non
     summary: dict[str, Any] = {
         "workers": config.workers,
         "lock": config.lock,
+        "scheme": config.scheme,
         **_timing(stats, recorder.t0),
         "initial_train_loss": math.log(2.0),
         "final_train_loss": mean_loss(w, data.X, data.y),

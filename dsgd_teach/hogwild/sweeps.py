@@ -1,7 +1,7 @@
 """The chapter's measurements, each a small loop over run_hogwild / run_counting returning a tidy DataFrame.
 
 Baselines are measured in the same call as what they are compared with: sequential SGD (one worker), Hogwild,
-and the same loop with a lock around every update.
+the same loop with a lock around every update, and the same loop with the workers taking turns (round-robin).
 """
 
 from __future__ import annotations
@@ -16,39 +16,50 @@ from ..trace import Result
 from .config import CountingConfig, HogwildConfig
 from .run import run_counting, run_hogwild
 
+#: The ways the workers may coordinate their writes, as config changes (HogwildConfig.scheme names them).
+SCHEMES = {
+    "lock-free": {"lock": False, "round_robin": False},
+    "locked": {"lock": True, "round_robin": False},
+    "round-robin": {"lock": False, "round_robin": True},
+}
+
 
 def warm(client: Client, config: HogwildConfig) -> None:
     """One short run per kernel so every worker has built the data and loaded the compiled kernels."""
-    for lock in (False, True):
-        run_hogwild(config.replace(epochs=1, lock=lock), client)
+    for changes in SCHEMES.values():
+        run_hogwild(config.replace(epochs=1, **changes), client)
 
 
 def baselines(client: Client, config: HogwildConfig) -> dict[str, Result]:
-    """Sequential SGD, Hogwild with config.workers, and the locked loop, on the same problem, in one call."""
+    """Sequential SGD, Hogwild with config.workers, the locked loop and the round-robin loop, in one call."""
+    n = config.workers
     return {
-        "sequential SGD": run_hogwild(config.replace(workers=1, lock=False), client),
-        f"Hogwild, {config.workers} workers": run_hogwild(config.replace(lock=False), client),
-        f"locked, {config.workers} workers": run_hogwild(config.replace(lock=True), client),
+        "sequential SGD": run_hogwild(config.replace(workers=1, **SCHEMES["lock-free"]), client),
+        f"Hogwild, {n} workers": run_hogwild(config.replace(**SCHEMES["lock-free"]), client),
+        f"locked, {n} workers": run_hogwild(config.replace(**SCHEMES["locked"]), client),
+        f"round-robin, {n} workers": run_hogwild(config.replace(**SCHEMES["round-robin"]), client),
     }
 
 
 def _row(result: Result, **extra: object) -> dict[str, object]:
-    keep = ("workers", "lock", "updates", "parallel_s", "updates_per_s", "final_train_loss")
+    keep = ("workers", "lock", "scheme", "updates", "parallel_s", "updates_per_s", "final_train_loss")
     return {**extra, **{k: result.summary[k] for k in keep if k in result.summary}}
 
 
 def interleaved_runs(
-    client: Client, config: HogwildConfig, settings: Sequence[tuple[int, bool]], repeats: int = 1
+    client: Client, config: HogwildConfig, settings: Sequence[tuple[int, bool | str]], repeats: int = 1
 ) -> pd.DataFrame:
-    """Every run of every (workers, lock) setting, one row each, taking the settings in turn within each repeat.
+    """Every run of every (workers, lock) or (workers, scheme) setting, one row each, taking the settings in turn
+    within each repeat (a scheme is a key of SCHEMES; lock True/False means 'locked'/'lock-free').
 
     Taking turns means the runs compared in one repeat happened within a second or two of each other, so a
     slow spell of the machine (other programs, a busy memory system) affects them alike.
     """
     rows = []
     for repeat in range(repeats):
-        for n, lock in settings:
-            r = run_hogwild(config.replace(workers=n, lock=lock), client)
+        for n, how in settings:
+            scheme = how if isinstance(how, str) else "locked" if how else "lock-free"
+            r = run_hogwild(config.replace(workers=n, **SCHEMES[scheme]), client)
             rows.append(_row(r, repeat=repeat, dataset=config.dataset, density=config.data_spec.density))
     return pd.DataFrame(rows)
 

@@ -28,15 +28,26 @@ COUNT_CHUNK = 5_000
 
 
 def block_arrays(config: AnyConfig, n_features: int) -> list[tuple[str, str, int]]:
-    """Layout of the shared block: the vector being updated, a ready flag and a progress counter per rank."""
+    """Layout of the shared block: the vector being updated, a ready flag and a progress counter per rank, and
+    the round-robin baseline's cells (whose turn it is, which ranks are done, and the abort flag that frees them)."""
     target = ("counts", "i8", n_features) if isinstance(config, CountingConfig) else ("w", "f8", n_features)
-    return [target, ("ready", "i8", config.workers), ("progress", "i8", config.workers)]
+    return [target, ("ready", "i8", config.workers), ("progress", "i8", config.workers),
+            ("turn", "i8", 1), ("done", "i8", config.workers), ("abort", "i8", 1)]
+
+
+def private_turns() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Turn cells for one rank alone (always its turn): for warming up without touching the shared ones."""
+    return np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64)
 
 
 def run_chunk(
-    config: AnyConfig, data: HogwildData, block: SharedBlock, rows: np.ndarray, epoch: int = 0, target=None  # noqa: ANN001
-) -> float:
-    """Apply the updates of `rows` to the shared vector (or to `target`); returns their summed loss."""
+    config: AnyConfig, data: HogwildData, block: SharedBlock, rows: np.ndarray, epoch: int = 0, target=None,  # noqa: ANN001
+    rank: int = 0, last: bool = False,
+) -> tuple[float, int]:
+    """Apply the updates of `rows` to the shared vector (or, warming up, to `target`); returns their summed loss
+    and how many were made (fewer than len(rows) only if a round-robin run was aborted while this rank waited).
+
+    `last` says these are the rank's final rows (the round-robin baseline then stops giving it turns)."""
     arrays = kernel_arrays(data)
     mutex = np.uint64(block.mutex_address)
     if isinstance(config, CountingConfig):
@@ -46,16 +57,21 @@ def run_chunk(
             kernels.count_hits_locked(counts, indptr, indices, rows, mutex)
         else:
             kernels.count_hits(counts, indptr, indices, rows)
-        return float("nan")
+        return float("nan"), len(rows)
     w = block["w"] if target is None else target
     lr = float(config.lr * config.lr_decay**epoch)
+    if config.round_robin:
+        turns = private_turns() if target is not None else (block["turn"], block["done"], block["abort"])
+        rank = 0 if target is not None else rank
+        kernel = kernels.sparse_sgd_round_robin if data.sparse else kernels.dense_sgd_round_robin
+        return kernel(w, *arrays, rows, lr, turns, rank, last)
     if data.sparse:
         if config.lock:
-            return kernels.sparse_sgd_locked(w, *arrays, rows, lr, mutex)
-        return kernels.sparse_sgd(w, *arrays, rows, lr)
+            return kernels.sparse_sgd_locked(w, *arrays, rows, lr, mutex), len(rows)
+        return kernels.sparse_sgd(w, *arrays, rows, lr), len(rows)
     if config.lock:
-        return kernels.dense_sgd_locked(w, *arrays, rows, lr, mutex)
-    return kernels.dense_sgd(w, *arrays, rows, lr)
+        return kernels.dense_sgd_locked(w, *arrays, rows, lr, mutex), len(rows)
+    return kernels.dense_sgd(w, *arrays, rows, lr), len(rows)
 
 
 def warm_up(config: AnyConfig, data: HogwildData, block: SharedBlock) -> None:
@@ -91,6 +107,40 @@ def _pass_rows(config: AnyConfig, start: int, stop: int, epoch: int, rank: int) 
     return epoch_order(start, stop, epoch, config.seed, rank)
 
 
+def _update_passes(
+    config: AnyConfig, data: HogwildData, block: SharedBlock, rank: int, shard: tuple[int, int], emit: Emit,
+    should_stop: Callable[[], bool], stats: dict[str, Any], t0: float,
+) -> None:
+    """The timed part of rank_loop: pass after pass over the shard, chunk by chunk, reporting progress."""
+    chunk = COUNT_CHUNK if isinstance(config, CountingConfig) else config.report_every
+    progress, passes = block["progress"], _passes(config)
+    stats["t_start"] = last_emit = time.time()
+    loss_sum, loss_n = 0.0, 0
+    for epoch in range(passes):
+        order = _pass_rows(config, shard[0], shard[1], epoch, rank)
+        for c0 in range(0, len(order), chunk):
+            rows = order[c0 : c0 + chunk]
+            last = epoch == passes - 1 and c0 + chunk >= len(order)
+            k0 = time.perf_counter()
+            loss, made = run_chunk(config, data, block, rows, epoch, rank=rank, last=last)
+            stats["kernel_s"] += time.perf_counter() - k0
+            if made:
+                loss_sum, loss_n = loss_sum + loss, loss_n + made
+            stats["updates"] += made
+            stats["intended"] += data.row_nonzeros(rows) if isinstance(config, CountingConfig) else 0
+            progress[rank] = stats["updates"]
+            now = time.time()
+            if loss_n and (now - last_emit >= EMIT_EVERY_S or last or made < len(rows)):
+                emit(
+                    time=now - t0, worker=rank, step=stats["updates"], event="update",
+                    loss=loss_sum / loss_n, version_applied=int(progress.sum()), epoch=epoch,
+                )
+                last_emit, loss_sum, loss_n = now, 0.0, 0
+            if made < len(rows) or should_stop():  # aborted while waiting for a turn, or asked to stop
+                stats["stopped"] = True
+                return
+
+
 def rank_loop(
     config: AnyConfig, block: SharedBlock, rank: int, world: int, emit: Emit, should_stop: Callable[[], bool], t0: float
 ) -> dict[str, Any]:
@@ -98,38 +148,18 @@ def rank_loop(
     data = load_data(config.data_spec)
     start, stop = shard_rows(data.n_train, rank, world)
     warm_up(config, data, block)
-    chunk = COUNT_CHUNK if isinstance(config, CountingConfig) else config.report_every
-    progress = block["progress"]
     stats: dict[str, Any] = {"rank": rank, "updates": 0, "intended": 0, "kernel_s": 0.0, "stopped": False}
     if not barrier(block["ready"], rank, should_stop):
+        block["abort"][0] = 1
         stats.update(stopped=True, t_start=time.time(), t_end=time.time())
         return stats
-    stats["t_start"] = last_emit = time.time()
-    loss_sum, loss_n = 0.0, 0
-    for epoch in range(_passes(config)):
-        order = _pass_rows(config, start, stop, epoch, rank)
-        for c0 in range(0, len(order), chunk):
-            rows = order[c0 : c0 + chunk]
-            k0 = time.perf_counter()
-            loss_sum += run_chunk(config, data, block, rows, epoch)
-            stats["kernel_s"] += time.perf_counter() - k0
-            loss_n += len(rows)
-            stats["updates"] += len(rows)
-            stats["intended"] += data.row_nonzeros(rows) if isinstance(config, CountingConfig) else 0
-            progress[rank] = stats["updates"]
-            now = time.time()
-            last = epoch == _passes(config) - 1 and c0 + chunk >= len(order)
-            if now - last_emit >= EMIT_EVERY_S or last:
-                emit(
-                    time=now - t0, worker=rank, step=stats["updates"], event="update",
-                    loss=loss_sum / loss_n, version_applied=int(progress.sum()), epoch=epoch,
-                )
-                last_emit, loss_sum, loss_n = now, 0.0, 0
-            if should_stop():
-                stats["stopped"] = True
-                break
-        if stats["stopped"]:
-            break
+    try:
+        _update_passes(config, data, block, rank, (start, stop), emit, should_stop, stats, t0)
+    except BaseException:
+        block["abort"][0] = 1  # peers waiting for this rank's turn must not wait for ever
+        raise
+    if stats["stopped"]:
+        block["abort"][0] = 1
     stats["t_end"] = time.time()
     return stats
 
