@@ -158,6 +158,34 @@ def test_a_rank_waiting_for_a_turn_that_never_comes_is_released_by_abort() -> No
     assert not waiter.is_alive() and out == [(0.0, 0)]
 
 
+def test_a_rank_that_stops_releases_the_rank_waiting_for_its_turn() -> None:
+    """Rank 0 stops after its first chunk; rank 1, which never sees a stop request, must not wait for ever."""
+    from dsgd_teach.hogwild.worker import block_arrays, rank_loop
+
+    config = HogwildConfig(n_samples=2_000, n_features=500, density=0.02, epochs=50, report_every=100,
+                           round_robin=True)
+    stats: dict[int, dict] = {}
+    with create_block(block_arrays(config, config.data_spec.n_features)) as block:
+
+        def body(rank: int) -> None:
+            stop = (lambda: block["progress"][0] > 0) if rank == 0 else (lambda: False)  # not at the barrier
+            stats[rank] = rank_loop(config, block, rank, 2, lambda **e: None, stop, 0.0)
+
+        threads = [threading.Thread(target=body, args=(r,), daemon=True) for r in range(2)]
+        try:
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(20)
+            assert not any(t.is_alive() for t in threads), "a rank is still waiting for a turn"
+        finally:
+            block["abort"][0] = 1  # free a stuck rank before the block goes away
+            for t in threads:
+                t.join(10)
+    assert stats[0]["stopped"] and stats[1]["stopped"]
+    assert stats[0]["updates"] == 100 and 100 <= stats[1]["updates"] < 200
+
+
 def test_shards_are_disjoint_and_orders_are_permutations() -> None:
     bounds = [shard_rows(1001, r, 3) for r in range(3)]
     assert bounds[0][0] == 0 and bounds[-1][1] == 1001

@@ -1,11 +1,11 @@
 """Chapter 02 benchmark: Hogwild's speedup from 1 to 2 workers, lock-free against locked, sparse against dense.
 
 Goals from the issue, on 2 cores: sparse speedup 1 -> 2 workers >= 1.8x (ideal 2.0x); lock-free over locked
-throughput >= 3x; the round-robin baseline (workers taking turns) is measured beside the lock. "Sparse" is meant as Hogwild's analysis means it: features used about evenly (skew 0), so the
-busiest feature is in ~0.1 % of rows (Delta ~ 0.001). The word-like problem (skew 1.1: the busiest feature in
-~95 % of rows) and the dense problem are measured beside it, for contrast. Every figure comes from one run of measure(), the
-settings taken in turn within each of several repeats; numba compilation and data building happen in a warm-up first.
-"""
+throughput >= 3x. The round-robin baseline (workers taking turns) is measured beside the lock. "Sparse" is meant
+as Hogwild's analysis means it: features used about evenly (skew 0), so the busiest feature is in ~0.1 % of rows
+(Delta ~ 0.001). The word-like problem (skew 1.1: the busiest feature in ~95 % of rows) and the dense problem are
+measured beside it, for contrast. Every figure comes from one run of measure(), the settings taken in turn within
+each of several repeats; numba compilation and data building happen in a warm-up first."""
 
 from __future__ import annotations
 

@@ -24,6 +24,8 @@ SPINS_BEFORE_YIELD = 256
 @intrinsic
 def load_acquire(typingctx, array, index):  # noqa: ANN001, ANN201, ARG001 - numba's intrinsic signature
     """array[index] (int64), read with acquire ordering."""
+    if not isinstance(array, types.Array) or array.dtype != types.int64:
+        return None  # not typed for other arrays: numba reports the mismatch
 
     def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202, ARG001
         array_type = signature.args[0]
@@ -37,6 +39,8 @@ def load_acquire(typingctx, array, index):  # noqa: ANN001, ANN201, ARG001 - num
 @intrinsic
 def store_release(typingctx, array, index, value):  # noqa: ANN001, ANN201, ARG001
     """array[index] = value (int64), written with release ordering."""
+    if not isinstance(array, types.Array) or array.dtype != types.int64:
+        return None
 
     def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202, ARG001
         array_type = signature.args[0]
