@@ -19,16 +19,20 @@ _NAME = "llvm.prefetch.p0" if binding.llvm_version_info[0] >= 15 else "llvm.pref
 _LOCALITY = 3  # keep in every cache level
 
 
+def element_pointer(context, builder, signature, args):  # noqa: ANN001, ANN201 - numba codegen arguments
+    """LLVM pointer to array[index] for an intrinsic whose first two arguments are (array, index)."""
+    array_type = signature.args[0]
+    array_struct = context.make_array(array_type)(context, builder, args[0])
+    return cgutils.get_item_pointer(context, builder, array_type, array_struct, [args[1]], wraparound=False)
+
+
 def _prefetcher(for_write: bool):  # noqa: ANN202 - returns a numba intrinsic
     """An intrinsic `prefetch(array, index)` for reading (for_write=False) or for writing the element."""
 
     @intrinsic
     def prefetch(typingctx, array, index):  # noqa: ANN001, ANN202 - numba's intrinsic signature
         def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
-            array_type = signature.args[0]
-            array_struct = context.make_array(array_type)(context, builder, args[0])
-            address = cgutils.get_item_pointer(context, builder, array_type, array_struct, [args[1]],
-                                               wraparound=False)
+            address = element_pointer(context, builder, signature, args)
             byte_ptr = ir.IntType(8).as_pointer()
             i32 = ir.IntType(32)
             fn = cgutils.get_or_insert_function(

@@ -47,18 +47,17 @@ def _row(result: Result, **extra: object) -> dict[str, object]:
 
 
 def interleaved_runs(
-    client: Client, config: HogwildConfig, settings: Sequence[tuple[int, bool | str]], repeats: int = 1
+    client: Client, config: HogwildConfig, settings: Sequence[tuple[int, str]], repeats: int = 1
 ) -> pd.DataFrame:
-    """Every run of every (workers, lock) or (workers, scheme) setting, one row each, taking the settings in turn
-    within each repeat (a scheme is a key of SCHEMES; lock True/False means 'locked'/'lock-free').
+    """Every run of every (workers, scheme) setting (a scheme is a key of SCHEMES), one row each, taking the
+    settings in turn within each repeat.
 
     Taking turns means the runs compared in one repeat happened within a second or two of each other, so a
     slow spell of the machine (other programs, a busy memory system) affects them alike.
     """
     rows = []
     for repeat in range(repeats):
-        for n, how in settings:
-            scheme = how if isinstance(how, str) else "locked" if how else "lock-free"
+        for n, scheme in settings:
             r = run_hogwild(config.replace(workers=n, **SCHEMES[scheme]), client)
             rows.append(_row(r, repeat=repeat, dataset=config.dataset, density=config.data_spec.density))
     return pd.DataFrame(rows)
@@ -76,7 +75,8 @@ def scaling(
     Each setting is run `repeats` times (interleaved) and the best throughput kept (the least disturbed by other
     programs).
     """
-    runs = interleaved_runs(client, config, [(n, lock) for n in workers for lock in locks], repeats)
+    settings = [(n, "locked" if lock else "lock-free") for n in workers for lock in locks]
+    runs = interleaved_runs(client, config, settings, repeats)
     best = runs.loc[runs.groupby(["workers", "lock"], sort=False).updates_per_s.idxmax()]
     df = best.drop(columns="repeat").reset_index(drop=True)
     ref = df[(df.workers == df.workers.min()) & (~df.lock)].updates_per_s.max()

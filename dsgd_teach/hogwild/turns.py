@@ -17,6 +17,8 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from .prefetch import element_pointer
+
 #: Spins of the wait loop before it starts giving the core away with sched_yield between looks.
 SPINS_BEFORE_YIELD = 256
 
@@ -28,10 +30,7 @@ def load_acquire(typingctx, array, index):  # noqa: ANN001, ANN201, ARG001 - num
         return None  # not typed for other arrays: numba reports the mismatch
 
     def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202, ARG001
-        array_type = signature.args[0]
-        struct = context.make_array(array_type)(context, builder, args[0])
-        ptr = cgutils.get_item_pointer(context, builder, array_type, struct, [args[1]], wraparound=False)
-        return builder.load_atomic(ptr, "acquire", 8)
+        return builder.load_atomic(element_pointer(context, builder, signature, args), "acquire", 8)
 
     return types.int64(array, index), codegen
 
@@ -43,10 +42,7 @@ def store_release(typingctx, array, index, value):  # noqa: ANN001, ANN201, ARG0
         return None
 
     def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202, ARG001
-        array_type = signature.args[0]
-        struct = context.make_array(array_type)(context, builder, args[0])
-        ptr = cgutils.get_item_pointer(context, builder, array_type, struct, [args[1]], wraparound=False)
-        builder.store_atomic(args[2], ptr, "release", 8)
+        builder.store_atomic(args[2], element_pointer(context, builder, signature, args), "release", 8)
         return context.get_dummy_value()
 
     return types.void(array, index, types.int64), codegen
