@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install lab test lint course bench assignments browser-deps clean
+.PHONY: install lab test lint course bench assignments browser-deps sandbox-deps clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -19,7 +19,7 @@ lab: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check dsgd_teach tests
 
-test: $(STAMP) lint browser-deps
+test: $(STAMP) lint browser-deps sandbox-deps
 	$(PY) -m pytest
 
 course: $(STAMP)
@@ -36,6 +36,12 @@ browser-deps: $(STAMP)
 	@command -v chromium >/dev/null 2>&1 || command -v /usr/bin/chromium >/dev/null 2>&1 || \
 	  { if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	    else echo "chromium missing: install it (e.g. sudo apt-get install chromium); browser tests will skip"; fi; }
+
+# `dsgd-teach grade` runs every grading kernel in a bubblewrap sandbox (and refuses to grade without one).
+sandbox-deps:
+	@command -v bwrap >/dev/null 2>&1 || \
+	  { if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null; \
+	    else echo "bubblewrap missing: install it (e.g. sudo apt-get install bubblewrap); sandboxed grading tests will skip and dsgd-teach grade will refuse"; fi; }
 
 clean:
 	rm -rf build release .pytest_cache

@@ -1,8 +1,9 @@
-"""Grade a class: find the submissions, run each in its own worker process, write grades.csv and feedback HTML."""
+"""Grade a class: find the submissions, run each in its own OS sandbox, write grades.csv and feedback HTML."""
 
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 import secrets
@@ -19,11 +20,15 @@ from typing import Any
 import nbformat
 from tqdm.auto import tqdm
 
+from . import bubblewrap, safeio
 from .feedback import write_feedback
 from .notebook import Assignment, load_assignment, nbgrader_meta, rebuild, rewrite_test, source_cells
 from .verdict import Grade, check_reference, grade
 
-CSV_FIELDS = ["student", "assignment", "question", "points", "max_points", "reason"]
+CSV_FIELDS = ["student", "assignment", "question", "points", "max_points", "reason", "sandbox"]
+SANDBOXED = "bubblewrap"
+UNSAFE = "NONE: graded with --unsafe-no-sandbox, these grades are not protected against a hostile class"
+SKIPPED = "(skipped)"
 
 
 @dataclass(frozen=True)
@@ -43,29 +48,70 @@ class Submission:
     assignment: str
     path: Path | None
     grades: list[Grade] = field(default_factory=list)
+    note: str = ""  # why nothing was graded (e.g. the notebook was a symlink or a FIFO)
 
 
 def find_submissions(root: Path, assignments: dict[str, Assignment], only: str | None) -> list[Submission]:
-    """Submissions under root: <student>/[<assignment>/]*.ipynb or <student>.ipynb (one assignment per notebook)."""
+    """Submissions under root: <student>/[<assignment>/]*.ipynb or <student>.ipynb (one assignment per notebook).
+
+    Only regular files and real folders are considered (lstat, never opened while listing, so a FIFO cannot
+    block); anything else (symlink, FIFO, socket, device) is skipped and reported as a "(skipped)" submission.
+    """
     found: dict[tuple[str, str], Submission] = {}
-    students = []
+    students: list[str] = []
+    skipped: dict[str, list[str]] = {}
     for entry in sorted(root.iterdir()):
-        if entry.is_dir() and not entry.name.startswith("."):
-            students.append(entry.name)
-            notebooks = sorted(p for p in entry.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
-        elif entry.suffix == ".ipynb":
-            students.append(entry.stem)
-            notebooks = [entry]
-        else:
+        what = safeio.lstat_kind(entry)
+        if entry.name.startswith("."):
             continue
+        if what == "folder":
+            notebooks, bad = _walk(entry)
+            student = entry.name
+        elif what == "regular file" and entry.suffix == ".ipynb":
+            notebooks, bad, student = [entry], [], entry.stem
+        elif what == "regular file":
+            continue
+        else:
+            notebooks, bad, student = [], [f"{entry.name} is a {what}"], entry.name.split(".")[0] or entry.name
+        students.append(student)
+        if bad:
+            skipped.setdefault(student, []).extend(bad)
         for nb_path in notebooks:
             name = _which_assignment(nb_path, assignments)
-            if name and (only is None or name == only) and (students[-1], name) not in found:
-                found[(students[-1], name)] = Submission(students[-1], name, nb_path)
+            if name and (only is None or name == only) and (student, name) not in found:
+                found[(student, name)] = Submission(student, name, nb_path)
+    for student, bad in skipped.items():
+        note = "skipped (not a regular file or folder): " + "; ".join(bad[:10])
+        if only is not None and (student, only) not in found:
+            found[(student, only)] = Submission(student, only, None, note=note)
+        else:
+            found[(student, SKIPPED)] = Submission(student, SKIPPED, None, note=note)
     if only is not None:
         for student in students:
             found.setdefault((student, only), Submission(student, only, None))
     return sorted(found.values(), key=lambda s: (s.assignment, s.student))
+
+
+def _walk(folder: Path) -> tuple[list[Path], list[str]]:
+    """A student folder's regular *.ipynb files, and every entry that is neither a regular file nor a folder."""
+    notebooks, bad = [], []
+    for here, dirs, files in os.walk(folder, followlinks=False):
+        dirs[:] = sorted(d for d in dirs if d != ".ipynb_checkpoints")
+        for name in sorted(files) + [d for d in dirs if os.path.islink(os.path.join(here, d))]:
+            path = Path(here) / name
+            what = safeio.lstat_kind(path)
+            if what == "regular file":
+                if name.endswith(".ipynb"):
+                    notebooks.append(path)
+            elif what != "folder":
+                bad.append(f"{path.relative_to(folder.parent)} is a {what}")
+        dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(here, d))]
+    return notebooks, bad
+
+
+def _read_notebook(path: Path) -> Any:
+    """Parse a submitted notebook that must be a regular file (no symlink followed, no FIFO opened)."""
+    return nbformat.reads(safeio.read_regular(path).decode("utf-8"), as_version=4)
 
 
 def _which_assignment(path: Path, assignments: dict[str, Assignment]) -> str | None:
@@ -73,7 +119,7 @@ def _which_assignment(path: Path, assignments: dict[str, Assignment]) -> str | N
         if part in assignments:
             return part
     try:
-        nb = nbformat.read(str(path), as_version=4)
+        nb = _read_notebook(path)
     except Exception:  # noqa: BLE001 - unreadable notebooks are matched by name only
         return None
     ids = {str(nbgrader_meta(c).get("grade_id")) for c in nb.cells}
@@ -82,14 +128,23 @@ def _which_assignment(path: Path, assignments: dict[str, Assignment]) -> str | N
 
 
 def run_worker(cells: list[dict[str, Any]], mode: str, limits: Limits, seed: int,
-               protected: list[str]) -> dict[str, Any]:
-    """Run one notebook's cells in a fresh worker process (its own session); a dead worker becomes an error."""
+               protected: list[str], *, sandbox: bool = True) -> dict[str, Any]:
+    """Run one notebook's cells in a fresh worker (and kernel) inside its own OS sandbox; errors become {"error"}.
+
+    With sandbox=False the worker is an ordinary process of the grading user (the unsafe, audit-hook-only mode).
+    Either way every process of the run is gone when this returns.
+    """
     job = {
         "cells": [{**c, "source": rewrite_test(c["source"], mode)} if "grade_id" in c else c for c in cells],
         "timeout": limits.timeout_s, "memory_mb": limits.memory_mb, "cpu_s": limits.cpu_s,
-        "seed": seed, "protected": protected,
+        "seed": seed, "protected": [] if sandbox else protected,
     }
     budget = limits.timeout_s * (len(cells) + 2) + 180
+    if sandbox:
+        out = bubblewrap.run([sys.executable, "-m", "dsgd_teach.grading.worker"], json.dumps(job).encode(), budget)
+        if out.timed_out:
+            return {"error": f"grading this notebook took longer than {budget} s and was stopped"}
+        return _parse_result(out.result, out.returncode, out.stderr_tail)
     with tempfile.TemporaryDirectory(prefix="dsgd-worker-") as cwd:
         proc = subprocess.Popen([sys.executable, "-m", "dsgd_teach.grading.worker"], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd, start_new_session=True)
@@ -100,27 +155,35 @@ def run_worker(cells: list[dict[str, Any]], mode: str, limits: Limits, seed: int
             proc.communicate()
             return {"error": f"grading this notebook took longer than {budget} s and was stopped"}
     lines = out.decode(errors="replace").strip().splitlines()
+    return _parse_result(lines[-1].encode() if lines else None, proc.returncode, err.decode(errors="replace"))
+
+
+def _parse_result(data: bytes | None, returncode: int | None, stderr: str) -> dict[str, Any]:
+    """The worker's JSON result, or {"error"} saying why there is none."""
     try:
-        return json.loads(lines[-1])
-    except (IndexError, json.JSONDecodeError):
-        tail = err.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
-        return {"error": f"the grading process failed (exit {proc.returncode}): {tail[0][:300]}"}
+        result = json.loads(data or b"")
+        if isinstance(result, dict) and isinstance(result.get("tests"), dict):
+            return result
+    except (ValueError, UnicodeDecodeError):
+        pass
+    tail = stderr.strip().splitlines()[-1:] or ["no output"]
+    return {"error": f"the grading process failed (exit {returncode}): {tail[0][:300]}"}
 
 
 def grade_one(sub: Submission, assignment: Assignment, reference: dict[str, Any], limits: Limits, seed: int,
-              protected: list[str]) -> list[Grade]:
+              protected: list[str], *, sandbox: bool = True) -> list[Grade]:
     """Grades for one submission; never raises for anything the submission does."""
     def zero(reason: str) -> list[Grade]:
         return [Grade(q.grade_id, 0.0, q.points, reason) for q in assignment.questions]
 
     if sub.path is None:
-        return zero("no notebook submitted")
+        return zero(sub.note or "no notebook submitted")
     try:
-        nb = nbformat.read(str(sub.path), as_version=4)
+        nb = _read_notebook(sub.path)
         cells = rebuild(assignment, nb)
     except Exception as exc:  # noqa: BLE001 - a corrupt notebook scores zero with the reason
         return zero(f"could not read the notebook: {type(exc).__name__}: {str(exc)[:200]}")
-    result = run_worker(cells, "student", limits, seed, protected)
+    result = run_worker(cells, "student", limits, seed, protected, sandbox=sandbox)
     if "error" in result:
         return zero(result["error"])
     return grade(assignment, reference, result)
@@ -128,10 +191,16 @@ def grade_one(sub: Submission, assignment: Assignment, reference: dict[str, Any]
 
 def grade_batch(submissions_dir: Path, source_dir: Path, out_dir: Path, *, assignment: str | None = None,
                 limits: Limits = Limits(), seed: int | None = None, jobs: int = 1,
-                progress: bool = True) -> list[Submission]:
-    """Grade every submission under submissions_dir against the sources; write CSV and feedback into out_dir."""
+                progress: bool = True, sandbox: bool = True) -> list[Submission]:
+    """Grade every submission under submissions_dir against the sources; write CSV and feedback into out_dir.
+
+    sandbox=True (the default) runs every worker and kernel in its own bubblewrap sandbox and raises
+    bubblewrap.SandboxUnavailable (a RuntimeError saying how to get one) when none can be built here.
+    """
     from .notebook import find_assignments
 
+    if sandbox:
+        bubblewrap.require()
     seed = secrets.randbelow(2**31) if seed is None else seed
     sources = find_assignments(source_dir)
     if assignment is not None and assignment not in sources:
@@ -139,37 +208,51 @@ def grade_batch(submissions_dir: Path, source_dir: Path, out_dir: Path, *, assig
     assignments = {name: load_assignment(path) for name, path in sources.items()}
     subs = find_submissions(submissions_dir, assignments, assignment)
     out_dir.mkdir(parents=True, exist_ok=True)
+    graded = [s for s in subs if s.assignment in assignments]
+    outputs = ["grades.csv", "grading.json"] + [_feedback_path(s) for s in graded]
+    safeio.preflight(out_dir, outputs)  # a FIFO or link where an output goes stops the batch before any kernel
     protected = sorted({str(source_dir.resolve()), str(submissions_dir.resolve()), str(out_dir.resolve())})
     t0 = time.perf_counter()
     references = {}
-    for name in sorted({s.assignment for s in subs}):
-        references[name] = run_worker(source_cells(assignments[name]), "reference", limits, seed, protected)
+    for name in sorted({s.assignment for s in graded}):
+        references[name] = run_worker(source_cells(assignments[name]), "reference", limits, seed, protected,
+                                      sandbox=sandbox)
         if "error" in references[name]:
             raise RuntimeError(f"{name}: the reference run failed: {references[name]['error']}")
         check_reference(assignments[name], references[name])
-    bar = tqdm(total=len(subs), desc="grading", unit="notebook", disable=not progress)
+    for sub in subs:
+        if sub.assignment not in assignments:
+            sub.grades = [Grade(SKIPPED, 0.0, 0.0, sub.note)]
+    bar = tqdm(total=len(graded), desc="grading", unit="notebook", disable=not progress)
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         futures = {pool.submit(grade_one, s, assignments[s.assignment], references[s.assignment], limits, seed,
-                               protected): s for s in subs}
+                               protected, sandbox=sandbox): s for s in graded}
         for fut in as_completed(futures):
             futures[fut].grades = fut.result()
             bar.update(1)
     bar.close()
-    _write_csv(out_dir / "grades.csv", subs)
-    for sub in subs:
-        write_feedback(out_dir / "feedback" / sub.assignment / f"{sub.student}.html", sub.student, sub.assignment,
-                       sub.grades)
-    summary = {"seed": seed, "submissions": len(subs), "seconds": round(time.perf_counter() - t0, 1),
-               "limits": limits.__dict__}
-    (out_dir / "grading.json").write_text(json.dumps(summary, indent=2))
+    # Every sandbox of the batch has been reaped (run_worker returns only then): nothing can touch what follows.
+    safeio.write_atomic(out_dir, "grades.csv", _csv_text(subs, sandbox).encode())
+    for sub in graded:
+        write_feedback(out_dir / _feedback_path(sub), sub.student, sub.assignment, sub.grades, unsafe=not sandbox,
+                       root=out_dir)
+    summary = {"seed": seed, "submissions": len(graded), "seconds": round(time.perf_counter() - t0, 1),
+               "limits": limits.__dict__, "sandbox": SANDBOXED if sandbox else UNSAFE}
+    safeio.write_atomic(out_dir, "grading.json", json.dumps(summary, indent=2).encode())
     return subs
 
 
-def _write_csv(path: Path, subs: list[Submission]) -> None:
-    with open(path, "w", newline="") as fh:
-        writer = csv.DictWriter(fh, CSV_FIELDS)
-        writer.writeheader()
-        for sub in subs:
-            for g in sub.grades:
-                writer.writerow({"student": sub.student, "assignment": sub.assignment, "question": g.question,
-                                 "points": g.points, "max_points": g.max_points, "reason": g.reason})
+def _feedback_path(sub: Submission) -> str:
+    return f"feedback/{sub.assignment}/{sub.student}.html"
+
+
+def _csv_text(subs: list[Submission], sandbox: bool) -> str:
+    buf = io.StringIO(newline="")
+    writer = csv.DictWriter(buf, CSV_FIELDS)
+    writer.writeheader()
+    for sub in subs:
+        for g in sub.grades:
+            writer.writerow({"student": sub.student, "assignment": sub.assignment, "question": g.question,
+                             "points": g.points, "max_points": g.max_points, "reason": g.reason,
+                             "sandbox": SANDBOXED if sandbox else UNSAFE})
+    return buf.getvalue()

@@ -5,12 +5,18 @@ from __future__ import annotations
 from html import escape
 from pathlib import Path
 
+from .safeio import write_atomic
 from .verdict import Grade
 
+UNSAFE_BANNER = ("<p style='background:#fdecea;padding:.6em;border:2px solid #c00'><b>Graded without an OS sandbox"
+                 "</b> (--unsafe-no-sandbox): these grades are not protected against a hostile class.</p>")
 
-def write_feedback(path: Path, student: str, assignment: str, grades: list[Grade]) -> None:
-    """Write a self-contained HTML page for one student's assignment."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+
+def write_feedback(path: Path, student: str, assignment: str, grades: list[Grade], *, unsafe: bool = False,
+                   root: Path | None = None) -> None:
+    """Write a self-contained HTML page for one student's assignment (atomically; no link below root followed)."""
+    root = root if root is not None else path.parent
+    root.mkdir(parents=True, exist_ok=True)
     total = sum(g.points for g in grades)
     best = sum(g.max_points for g in grades)
     rows = "\n".join(
@@ -18,14 +24,15 @@ def write_feedback(path: Path, student: str, assignment: str, grades: list[Grade
         f"<td>{g.points:g} / {g.max_points:g}</td><td><pre>{escape(g.reason)}</pre></td></tr>"
         for g in grades
     )
-    path.write_text(
+    page = (
         "<!doctype html><html><head><meta charset='utf-8'>"
         f"<title>{escape(assignment)}: {escape(student)}</title><style>"
         "body{font-family:sans-serif;margin:2em} table{border-collapse:collapse} td,th{border:1px solid #ccc;"
         "padding:.4em;vertical-align:top} tr.ok{background:#eefbea} tr.bad{background:#fdecea}"
         "pre{white-space:pre-wrap;margin:0}</style></head><body>"
-        f"<h1>{escape(assignment)}</h1><p>Student: <b>{escape(student)}</b> &mdash; score "
+        f"<h1>{escape(assignment)}</h1>{UNSAFE_BANNER if unsafe else ''}<p>Student: <b>{escape(student)}</b> &mdash; score "
         f"<b>{total:g} / {best:g}</b></p><table><tr><th>question</th><th>points</th><th>feedback</th></tr>"
         f"{rows}</table><p>Hidden checks are not shown; run the visible tests in your notebook for details.</p>"
         "</body></html>"
     )
+    write_atomic(root, str(path.relative_to(root)), page.encode())

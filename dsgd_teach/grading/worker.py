@@ -1,8 +1,10 @@
 """Grade one notebook in this process: run its cells in a fresh, fenced kernel and collect what each test reported.
 
-Run as `python -m dsgd_teach.grading.worker` with a JSON job on stdin; the JSON result is the last line of stdout.
-The kernel gets an empty temporary working directory, /dev/null as stdout and a private log as stderr, so it never
-sees the job, the sources or this process's output. A cell that times out or kills the kernel is skipped: the
+Run as `python -m dsgd_teach.grading.worker [RESULT_FD]` with a JSON job on stdin; the JSON result is written to
+RESULT_FD (a pipe only this process holds; inside the OS sandbox, see bubblewrap.py), else as the last line of
+stdout. The kernel gets an empty temporary working directory, /dev/null as stdout and a private log as stderr, and
+only its check() reports (display data of one MIME type) are kept from what it sends: printed output, cleared or
+updated displays and widget messages are dropped, so a flood or a clear_output cannot erase or swamp a report. A cell that times out or kills the kernel is skipped: the
 kernel is restarted, the cells before it are replayed (already graded test cells are not re-run), and grading goes on.
 """
 
@@ -22,7 +24,7 @@ import nbformat
 from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import AsyncKernelManager
 from nbclient import NotebookClient
-from nbclient.exceptions import CellTimeoutError, DeadKernelError
+from nbclient.exceptions import CellExecutionComplete, CellTimeoutError, DeadKernelError
 
 from .probe import MIME
 from .sandbox import FLAG
@@ -34,6 +36,9 @@ PREAMBLE = (
     f"__import__('os').write(2, b'\\n{STUDENT_BEGINS}\\n')"
 )
 MAX_RESTARTS = 4
+MAX_RECORDS_PER_CELL = 10_000
+SANDBOX_NPROC = 96  # processes and threads of the whole sandbox (worker, kernel and what it starts)
+SANDBOX_NOFILE = 1024
 
 
 class _Client(NotebookClient):
@@ -43,6 +48,21 @@ class _Client(NotebookClient):
 
     async def _check_raise_for_error(self, cell: Any, cell_index: int, exec_reply: dict[str, Any] | None) -> None:
         self.replies[cell_index] = (exec_reply or {}).get("content", {})
+
+    def process_message(self, msg: dict[str, Any], cell: Any, cell_index: int) -> Any:
+        """Keep only check() reports, append-only; everything else the kernel sends is dropped."""
+        content = msg.get("content") or {}
+        if msg.get("msg_type") == "status":
+            if content.get("execution_state") == "idle":
+                raise CellExecutionComplete()
+            return None
+        data = content.get("data")
+        if msg.get("msg_type") == "display_data" and isinstance(data, dict) and MIME in data \
+                and len(cell.outputs) < MAX_RECORDS_PER_CELL:
+            out = nbformat.v4.new_output("display_data", data={MIME: data[MIME]})
+            cell.outputs.append(out)
+            return out
+        return None
 
 
 def _kernelspec(private: Path, job: dict[str, Any], workdir: Path) -> KernelSpecManager:
@@ -56,7 +76,7 @@ def _kernelspec(private: Path, job: dict[str, Any], workdir: Path) -> KernelSpec
 
 
 def _kernel_env(workdir: Path, seed: int) -> dict[str, str]:
-    keep = ("PATH", "LANG", "LC_ALL", "PYTHONHASHSEED")
+    keep = ("PATH", "LANG", "LC_ALL", "PYTHONHASHSEED", "PYTHONPATH")
     env = {k: os.environ[k] for k in keep if k in os.environ}
     env.update(HOME=str(workdir), TMPDIR=str(workdir), IPYTHONDIR=str(workdir / ".ipython"),
                MPLCONFIGDIR=str(workdir / ".mpl"), JUPYTER_PLATFORM_DIRS="1", DSGD_GRADER_SEED=str(seed),
@@ -172,15 +192,26 @@ def _death_reason(job: dict[str, Any]) -> str:
             f"or {job['memory_mb']} MB of memory exceeded)")
 
 
-def main() -> None:
-    """Read a job from stdin, run it, print the result as one JSON line."""
+def main(argv: list[str]) -> None:
+    """Read a job from stdin, run it, write the result as JSON to the result fd (argv[0]) or stdout."""
+    result_fd = int(argv[0]) if argv else None
+    if result_fd is not None:
+        os.set_inheritable(result_fd, False)  # the kernel must never hold the result channel
+        for res, value in ((resource.RLIMIT_NPROC, SANDBOX_NPROC), (resource.RLIMIT_NOFILE, SANDBOX_NOFILE)):
+            resource.setrlimit(res, (value, value))
+    _undumpable()  # first: the kernel (same uid) must not reach this process's fds or memory through /proc
     job = json.loads(sys.stdin.read())
     limit = (job["memory_mb"] + 2048) * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    _undumpable()
-    result = run_job(job)
-    sys.stdout.write("\n" + json.dumps(result) + "\n")
-    sys.stdout.flush()
+    result = (json.dumps(run_job(job)) + "\n").encode()
+    if result_fd is None:
+        sys.stdout.write("\n" + result.decode())
+        sys.stdout.flush()
+        return
+    view = memoryview(result)
+    while view:
+        view = view[os.write(result_fd, view):]
+    os.close(result_fd)
 
 
 def _undumpable() -> None:
@@ -194,4 +225,4 @@ def _undumpable() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])
