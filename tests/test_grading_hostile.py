@@ -1,0 +1,163 @@
+"""A hostile class graded with --jobs 2: attacks score nothing they did not answer, honest students keep full marks.
+
+Set DSGD_HOSTILE_UNSAFE=1 to run the same batch with --unsafe-no-sandbox: the test then lists what the attacks
+got away with (that is how the sandbox was shown to be what holds these properties).
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import re
+import shutil
+import socket
+import stat
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from grading_attacks import ATTACKS, HONEST_POINTS, MARKER, write_submission
+
+from dsgd_teach.grading import bubblewrap, cli
+
+SOURCE = Path(__file__).resolve().parents[1] / "course" / "assignments" / "source"
+UNSAFE = os.environ.get("DSGD_HOSTILE_UNSAFE") == "1"
+LEFT_OUT = set(os.environ.get("DSGD_HOSTILE_SKIP", "").split(","))  # for the demonstration only, e.g. "plant"
+HONEST = ("b_honest_1", "honest_2", "honest_3")
+NAMES = {"kill_pids": "a_kill_pids"}  # sorts first, so it runs beside an honest student
+SPECIAL = {"linker": "symlink", "zeroes": "symlink", "fifo": "FIFO", "sock": "socket"}
+
+
+def build_class(root: Path) -> tuple[Path, Path]:
+    """A private copy of ps01's source, and a submissions folder holding the whole hostile class."""
+    source = root / "source"
+    shutil.copytree(SOURCE / "ps01_sgd", source / "ps01_sgd")
+    nb = source / "ps01_sgd" / "ps01_sgd.ipynb"
+    subs = root / "submissions"
+    for name in HONEST:
+        write_submission(nb, subs / name / "ps01_sgd.ipynb", "good")
+    write_submission(nb, subs / "stub.ipynb", "stub")
+    for attack in sorted(set(ATTACKS) - LEFT_OUT):
+        write_submission(nb, subs / NAMES.get(attack, attack) / "ps01_sgd" / "ps01_sgd.ipynb", attack)
+    (subs / "linker").mkdir()
+    os.symlink(nb, subs / "linker" / "ps01_sgd.ipynb")  # a link to the solutions must not be graded
+    os.symlink("/dev/zero", subs / "zeroes.ipynb")  # following it would read forever
+    os.mkfifo(subs / "fifo.ipynb")  # opening it would block
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(subs / "sock.ipynb"))
+    sock.close()
+    return source, subs
+
+
+def snapshot(root: Path) -> dict[str, tuple[int, int, int]]:
+    """Every entry under root (never following links): (mode, size, mtime_ns)."""
+    out = {}
+    for here, dirs, files in os.walk(root, followlinks=False):
+        for name in dirs + files:
+            st = os.lstat(os.path.join(here, name))
+            out[os.path.relpath(os.path.join(here, name), root)] = (st.st_mode, st.st_size, st.st_mtime_ns)
+    return out
+
+
+def survivors() -> list[str]:
+    """Processes left by the batch: anything carrying the attacks' marker, or a grading process under this one."""
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        cmd = " ".join(proc.info["cmdline"] or [])
+        if MARKER in cmd and proc.pid != os.getpid():
+            found.append(f"{proc.pid}: {cmd[:120]}")
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            cmd = " ".join(proc.cmdline())
+        except psutil.NoSuchProcess:
+            continue
+        if "dsgd_teach.grading" in cmd or "bwrap" in cmd:
+            found.append(f"{proc.pid}: {cmd[:120]}")
+    return found
+
+
+def kill_marked() -> None:
+    """Clean-up for the unsafe demonstration: end what the attacks left running (this test's marker only)."""
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        if MARKER in " ".join(proc.info["cmdline"] or []) and proc.pid != os.getpid():
+            try:
+                proc.kill()
+            except psutil.NoSuchProcess:
+                pass
+
+
+def _rows(out: Path) -> list[dict[str, str]]:
+    with open(out / "grades.csv", newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def check_batch(rc: int, out: Path, subs_before: dict, subs: Path, csv_at_exit: bytes | None) -> list[str]:
+    """Every property the batch must hold; returns what does not hold."""
+    problems = [] if rc == 0 else [f"the grader exited {rc}"]
+    if csv_at_exit is None:
+        problems.append("no grades.csv was written")
+    rows = _rows(out) if csv_at_exit is not None else []
+    points: dict[str, dict[str, float]] = {}
+    reasons: dict[str, str] = {}
+    for r in rows:
+        q = r["question"].replace("ps01_sgd_", "").replace("_tests", "")
+        points.setdefault(r["student"], {})[q] = float(r["points"])
+        reasons[r["student"]] = reasons.get(r["student"], "") + r["reason"]
+    for name in HONEST if rows else ():
+        if points.get(name) != {"q1": 2.0, "q2": 2.0, "q3": 2.0}:
+            problems.append(f"honest {name} lost marks: {points.get(name)} ({reasons.get(name, '')[:300]})")
+    if rows and sum(points.get("stub", {"?": 1}).values()) != 0:
+        problems.append(f"the stub scored {points.get('stub')}")
+    for attack in sorted(set(ATTACKS) - LEFT_OUT) if rows else ():
+        name = NAMES.get(attack, attack)
+        honest = HONEST_POINTS.get(attack, {})
+        got = points.get(name, {})
+        if not {"q1", "q2", "q3"} <= set(got) or any(got[q] != honest.get(q, 0.0) for q in got):
+            problems.append(f"attack {name} scored {got}, allowed {honest or 'nothing'}")
+    for name, word in SPECIAL.items() if rows else ():
+        if sum(points.get(name, {"?": 1}).values()) != 0 or word not in reasons.get(name, ""):
+            problems.append(f"{name} (a {word}) was not skipped with a reason: {reasons.get(name)}")
+    if any(r["sandbox"] != "bubblewrap" for r in rows):
+        problems.append("grades.csv says the batch was not sandboxed")
+    feedback = out / "feedback" / "ps01_sgd"
+    for student, qs in points.items():
+        page = feedback / f"{student}.html"
+        text = page.read_text() if page.is_file() else ""
+        score = re.search(r"score <b>([\d.]+) / ([\d.]+)</b>", text)
+        if not score or float(score.group(1)) != sum(qs.values()):
+            problems.append(f"feedback for {student} disagrees with grades.csv ({score and score.group(0)})")
+    allowed = {"grades.csv", "grading.json", "feedback", "feedback/ps01_sgd"}
+    allowed |= {f"feedback/ps01_sgd/{s}.html" for s in points}
+    for rel, (mode, _, _) in snapshot(out).items():
+        if rel not in allowed or not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+            problems.append(f"--out holds {rel!r}, which the grader did not write")
+    after = snapshot(subs)
+    if after != subs_before:
+        changed = sorted(set(after.items()) ^ set(subs_before.items()))[:6]
+        problems.append(f"the submissions folder changed: {changed}")
+    time.sleep(3)  # an adversary left behind would act now; the sandbox guarantees there is none
+    if csv_at_exit is not None and (out / "grades.csv").read_bytes() != csv_at_exit:
+        problems.append("grades.csv changed after the grader exited")
+    left = survivors()
+    if left:
+        problems.append(f"processes of the batch survived it: {left[:5]}")
+    return problems
+
+
+@pytest.mark.timeout(900)
+def test_hostile_class_scores_only_honest_answers(tmp_path):
+    if not UNSAFE and bubblewrap.probe():
+        pytest.skip(f"no OS sandbox here: {bubblewrap.probe()}")
+    source, subs = build_class(tmp_path)
+    out = tmp_path / "graded"
+    before = snapshot(subs)
+    args = [str(subs), "--assignment", "ps01_sgd", "--out", str(out), "--source", str(source), "--timeout", "20",
+            "--cpu-s", "120", "--jobs", "2", "--no-progress", "--seed", "4242"]
+    try:
+        rc = cli.main(args + (["--unsafe-no-sandbox"] if UNSAFE else []))
+        csv_at_exit = (out / "grades.csv").read_bytes() if (out / "grades.csv").is_file() else None
+        problems = check_batch(rc, out, before, subs, csv_at_exit)
+    finally:
+        kill_marked()
+    assert not problems, "\n".join(problems)

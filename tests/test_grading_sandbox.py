@@ -1,0 +1,223 @@
+"""The grading sandbox and the grader's file handling, piece by piece, plus a batch graded by an ordinary user."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import pwd
+import secrets
+import shutil
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+import psutil
+import pytest
+from grading_attacks import MARKER, write_submission
+
+from dsgd_teach.grading import bubblewrap, cli, safeio
+from dsgd_teach.grading.batch import Submission, _csv_text, find_submissions
+from dsgd_teach.grading.feedback import write_feedback
+from dsgd_teach.grading.notebook import find_assignments, load_assignment
+from dsgd_teach.grading.verdict import Grade
+
+REPO = Path(__file__).resolve().parents[1]
+SOURCE = REPO / "course" / "assignments" / "source"
+needs_sandbox = pytest.mark.skipif(bool(bubblewrap.probe()), reason=f"no OS sandbox here: {bubblewrap.probe()}")
+
+INSIDE = textwrap.dedent('''\
+    import json, os, socket, subprocess, sys
+    secret, source = sys.argv[1], sys.argv[2]
+    subprocess.Popen(["/bin/sh", "-c", "setsid sleep 300 & sleep 300 # MARKER"], start_new_session=True)
+    report = {"pids": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()), "uid": os.getuid(),
+              "caps": open("/proc/self/status").read().split("CapEff:")[1].split()[0],
+              "secret": os.path.exists(secret), "source": os.path.exists(source),
+              "grader_cwd": os.path.exists(os.environ.get("GRADER_CWD", "/nonexistent")),
+              "interfaces": [name for _, name in socket.if_nameindex()], "env": sorted(os.environ)}
+    try:
+        socket.create_connection(("1.1.1.1", 53), timeout=2)
+        report["network"] = True
+    except OSError:
+        report["network"] = False
+    try:
+        open(os.path.join(os.path.dirname(os.__file__), "planted.py"), "w")
+        report["wrote_python"] = True
+    except OSError:
+        report["wrote_python"] = False
+    os.write(1, b"x" * (1 << 20))
+    os.write(int(sys.argv[-1]), json.dumps(report).encode())
+''').replace("MARKER", MARKER + "-unit")
+
+
+@needs_sandbox
+def test_sandbox_sees_only_itself_and_takes_everything_with_it(tmp_path):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("reference answers")
+    code = f"exec({INSIDE!r})"
+    out = bubblewrap.run([sys.executable, "-c", code, str(secret), str(SOURCE)], b"", 120,
+                         env={"GRADER_CWD": str(Path(__file__).parent)})
+    report = json.loads(out.result)
+    assert len(report["pids"]) <= 6 and max(report["pids"]) < 50, report["pids"]  # its own PID namespace
+    assert report["uid"] != 0 and int(report["caps"], 16) == 0
+    assert not report["secret"] and not report["source"] and not report["grader_cwd"]
+    assert report["interfaces"] == ["lo"] and not report["network"]
+    assert not report["wrote_python"]
+    assert "GRADER_CWD" in report["env"] and not any(k.startswith(("PYTEST", "DSGD_HOSTILE")) for k in report["env"])
+    left = [p.pid for p in psutil.process_iter(["cmdline"]) if MARKER + "-unit" in " ".join(p.info["cmdline"] or [])]
+    assert not left, "a detached process of the sandbox outlived it"
+
+
+@needs_sandbox
+def test_a_sandbox_that_overruns_is_killed_whole():
+    code = f"import os, time; os.system('setsid sleep 300 & # {MARKER}-overrun'); time.sleep(300)"
+    out = bubblewrap.run([sys.executable, "-c", code], b"", 3)
+    assert out.timed_out and out.result is None
+    assert not [p for p in psutil.process_iter(["cmdline"]) if f"{MARKER}-overrun" in " ".join(p.info["cmdline"] or [])]
+
+
+def test_grade_refuses_without_a_sandbox_and_says_how_to_get_one(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no bwrap on the PATH
+    bubblewrap.probe.cache_clear()
+    try:
+        assert cli.main([str(tmp_path), "--source", str(SOURCE), "--out", str(tmp_path / "out")]) == 2
+    finally:
+        monkeypatch.undo()
+        bubblewrap.probe.cache_clear()
+    err = capsys.readouterr().err
+    assert "bubblewrap" in err and "apt-get install bubblewrap" in err and "--unsafe-no-sandbox" in err
+    assert not (tmp_path / "out" / "grades.csv").exists()
+
+
+def test_outputs_are_atomic_and_never_follow_links_or_open_fifos(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    safeio.write_atomic(out, "feedback/a/x.html", b"one")
+    safeio.write_atomic(out, "feedback/a/x.html", b"two")
+    assert (out / "feedback/a/x.html").read_bytes() == b"two"
+    os.mkfifo(out / "grades.csv")
+    with pytest.raises(safeio.UnsafeOutput, match="FIFO"):
+        safeio.write_atomic(out, "grades.csv", b"rows")
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep")
+    os.symlink(victim, out / "grading.json")
+    with pytest.raises(safeio.UnsafeOutput, match="symlink"):
+        safeio.write_atomic(out, "grading.json", b"{}")
+    os.symlink(tmp_path, out / "feedback" / "b")
+    with pytest.raises(safeio.UnsafeOutput, match="not a folder"):
+        safeio.write_atomic(out, "feedback/b/victim.txt", b"overwritten")
+    assert victim.read_text() == "keep"
+    assert sorted(p.name for p in (out / "feedback" / "a").iterdir()) == ["x.html"]  # no temp file left
+
+
+def test_a_planted_fifo_stops_the_batch_before_any_kernel(tmp_path, capsys):
+    (tmp_path / "subs" / "ann").mkdir(parents=True)
+    out = tmp_path / "out"
+    out.mkdir()
+    os.mkfifo(out / "grades.csv")
+    rc = cli.main([str(tmp_path / "subs"), "--assignment", "ps01_sgd", "--source", str(SOURCE), "--out", str(out),
+                   "--unsafe-no-sandbox", "--no-progress"])
+    assert rc == 2 and "FIFO" in capsys.readouterr().err
+
+
+def test_listing_skips_what_is_not_a_regular_file_or_folder_without_blocking(tmp_path):
+    assignments = {n: load_assignment(p) for n, p in find_assignments(SOURCE).items() if n == "ps01_sgd"}
+    subs = tmp_path / "subs"
+    nb = SOURCE / "ps01_sgd" / "ps01_sgd.ipynb"
+    (subs / "ann").mkdir(parents=True)
+    shutil.copy(nb, subs / "ann" / "ps01_sgd.ipynb")
+    (subs / "bob").mkdir()
+    os.symlink(nb, subs / "bob" / "ps01_sgd.ipynb")
+    os.mkfifo(subs / "bob" / "extra.ipynb")
+    os.mkfifo(subs / "carl.ipynb")
+    os.symlink(subs / "ann", subs / "dan")
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(subs / "eve.ipynb"))
+    sock.close()
+    found = {s.student: s for s in find_submissions(subs, assignments, "ps01_sgd")}
+    assert found["ann"].path == subs / "ann" / "ps01_sgd.ipynb"
+    assert found["bob"].path is None and "symlink" in found["bob"].note and "FIFO" in found["bob"].note
+    assert found["carl"].path is None and "FIFO" in found["carl"].note
+    assert found["dan"].path is None and "symlink" in found["dan"].note
+    assert found["eve"].path is None and "socket" in found["eve"].note
+    unassigned = find_submissions(subs, assignments, None)
+    assert {s.student for s in unassigned if s.assignment == "(skipped)"} == {"bob", "carl", "dan", "eve"}
+
+
+def test_unsafe_grades_say_so_in_the_csv_and_on_every_page(tmp_path):
+    sub = Submission("ann", "ps01_sgd", None, [Grade("q1", 1.0, 2.0, "passed")])
+    rows = list(csv.DictReader(_csv_text([sub], sandbox=False).splitlines()))
+    assert rows[0]["sandbox"].startswith("NONE") and "unsafe" in rows[0]["sandbox"]
+    assert list(csv.DictReader(_csv_text([sub], sandbox=True).splitlines()))[0]["sandbox"] == "bubblewrap"
+    write_feedback(tmp_path / "a.html", "ann", "ps01_sgd", sub.grades, unsafe=True)
+    write_feedback(tmp_path / "b.html", "ann", "ps01_sgd", sub.grades)
+    assert "without an OS sandbox" in (tmp_path / "a.html").read_text()
+    assert "without an OS sandbox" not in (tmp_path / "b.html").read_text()
+
+
+def _blocked_ancestor(path: str) -> str | None:
+    """The first folder above path that other users cannot enter (e.g. /root holding a pyenv Python), if any."""
+    for parent in reversed(Path(path).parents):
+        if str(parent) != "/" and not os.stat(parent).st_mode & stat.S_IXOTH:
+            return str(parent)
+    return None
+
+
+@needs_sandbox
+@pytest.mark.timeout(600)
+def test_an_ordinary_user_grades_a_hostile_class_in_the_sandbox():
+    if os.geteuid() != 0 or not shutil.which("useradd") or not shutil.which("unshare"):
+        pytest.skip("needs root (to create a test user with useradd) and util-linux unshare")
+    user = f"dsgdt{secrets.token_hex(3)}"
+    subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", user], check=True)
+    work = Path(tempfile.mkdtemp(prefix="dsgd-user-test-", dir="/tmp"))
+    try:
+        entry = pwd.getpwnam(user)
+        source = work / "source"
+        shutil.copytree(SOURCE / "ps01_sgd", source / "ps01_sgd")
+        nb = source / "ps01_sgd" / "ps01_sgd.ipynb"
+        subs = work / "subs"
+        for name, kind in (("honest_1", "good"), ("honest_2", "good"), ("stub", "stub"),
+                           ("theft_child", "theft_child"), ("read_proc", "read_proc"), ("detached", "detached")):
+            write_submission(nb, subs / name / "ps01_sgd.ipynb", kind)
+        for here, dirs, files in os.walk(work):
+            for name in [here] + [os.path.join(here, n) for n in dirs + files]:
+                os.chown(name, entry.pw_uid, entry.pw_gid)
+        grade = [sys.executable, "-m", "dsgd_teach.grading.cli", str(subs), "--assignment", "ps01_sgd",
+                 "--source", str(source), "--out", str(work / "out"), "--jobs", "2", "--timeout", "20",
+                 "--cpu-s", "120", "--no-progress"]
+        as_user = ["setpriv", f"--reuid={entry.pw_uid}", f"--regid={entry.pw_gid}", "--init-groups", "--",
+                   "env", f"HOME={work}", f"PYTHONPATH={REPO}", "PATH=/usr/bin:/bin"] + grade
+        blocked = _blocked_ancestor(sys.base_prefix)
+        if blocked:  # this machine's Python sits under a private folder: show the user only the Python in it
+            hold = work / ".python"
+            script = (f'mkdir -p "{hold}" && mount --bind "{sys.base_prefix}" "{hold}" && '
+                      f'mount -t tmpfs -o mode=755 tmpfs "{blocked}" && mkdir -p "{sys.base_prefix}" && '
+                      f'mount --move "{hold}" "{sys.base_prefix}" && exec "$@"')
+            cmd = ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh"] + as_user
+        else:
+            cmd = as_user
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=560, cwd=work)
+        assert done.returncode == 0, done.stderr[-2000:]
+        with open(work / "out" / "grades.csv", newline="") as fh:
+            rows = [r for r in csv.DictReader(fh) if r["question"] != "(integrity)"]
+        totals: dict[str, float] = {}
+        for r in rows:
+            totals[r["student"]] = totals.get(r["student"], 0.0) + float(r["points"])
+        assert totals == {"honest_1": 6.0, "honest_2": 6.0, "stub": 0.0, "theft_child": 0.0, "read_proc": 0.0,
+                          "detached": 0.0}, totals
+        assert {r["sandbox"] for r in rows} == {"bubblewrap"}
+        assert all(os.stat(p).st_uid == entry.pw_uid for p in (work / "out").rglob("*"))
+        alive = [p for p in psutil.process_iter(["username", "status"])  # a zombie left to init is dead already
+                 if p.info["username"] == user and p.info["status"] != psutil.STATUS_ZOMBIE]
+        assert not alive, alive
+    finally:
+        for proc in psutil.process_iter(["username"]):
+            if proc.info["username"] == user:
+                proc.kill()
+        shutil.rmtree(work, ignore_errors=True)
+        subprocess.run(["userdel", user], check=False, capture_output=True)
