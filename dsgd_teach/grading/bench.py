@@ -1,6 +1,6 @@
 """Time grading a class: 30 submissions of one assignment (solutions, stubs and wrong answers), sequentially.
 
-Run: python -m dsgd_teach.grading.bench [N] [ASSIGNMENT] [JOBS]. Kernel start-up dominates, so the figure scales
+Run: python -m dsgd_teach.grading.bench [N] [ASSIGNMENT] [JOBS] [--unsafe-no-sandbox]. Kernel start-up dominates, so the figure scales
 with the machine's load; `per_notebook_s` is the number to compare.
 """
 
@@ -32,7 +32,7 @@ def _variant(nb_path: Path, kind: str, dest: Path) -> None:
     nbformat.write(nb, str(dest))
 
 
-def measure(n: int = 30, assignment: str = "ps01_sgd", jobs: int = 1) -> dict[str, float]:
+def measure(n: int = 30, assignment: str = "ps01_sgd", jobs: int = 1, sandbox: bool = True) -> dict[str, float]:
     """Grade n submissions (2/3 good, 1/6 stubs, 1/6 wrong) and report wall-clock figures."""
     source = default_source_dir()
     if source is None:
@@ -45,7 +45,7 @@ def measure(n: int = 30, assignment: str = "ps01_sgd", jobs: int = 1) -> dict[st
             _variant(nb_path, kind, subs / f"student{i:03d}_{kind}" / f"{assignment}.ipynb")
         t0 = time.perf_counter()
         graded = grade_batch(subs, source, Path(tmp) / "out", assignment=assignment, limits=Limits(), jobs=jobs,
-                             seed=1, progress=False)
+                             seed=1, progress=False, sandbox=sandbox)
         wall = time.perf_counter() - t0
     full = sum(all(g.points == g.max_points for g in s.grades) for s in graded)
     return {"submissions": float(n), "jobs": float(jobs), "grade_batch_s": round(wall, 1),
@@ -53,6 +53,7 @@ def measure(n: int = 30, assignment: str = "ps01_sgd", jobs: int = 1) -> dict[st
 
 
 if __name__ == "__main__":
-    args = sys.argv[1:]
+    flags = [a for a in sys.argv[1:] if a.startswith("--")]
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
     print(measure(int(args[0]) if args else 30, args[1] if len(args) > 1 else "ps01_sgd",
-                  int(args[2]) if len(args) > 2 else 1))
+                  int(args[2]) if len(args) > 2 else 1, sandbox="--unsafe-no-sandbox" not in flags))
