@@ -115,13 +115,18 @@ def test_outputs_are_atomic_and_never_follow_links_or_open_fifos(tmp_path):
 
 
 def test_a_planted_fifo_stops_the_batch_before_any_kernel(tmp_path, capsys):
+    source = tmp_path / "source"
+    shutil.copytree(SOURCE / "ps01_sgd", source / "ps01_sgd")
+    nb = source / "ps01_sgd" / "ps01_sgd.ipynb"
+    nb.write_text(nb.read_text().replace("def minibatch_indices(", "raise SystemError()\\n", 1))  # a kernel would say so
     (tmp_path / "subs" / "ann").mkdir(parents=True)
     out = tmp_path / "out"
     out.mkdir()
     os.mkfifo(out / "grades.csv")
-    rc = cli.main([str(tmp_path / "subs"), "--assignment", "ps01_sgd", "--source", str(SOURCE), "--out", str(out),
+    rc = cli.main([str(tmp_path / "subs"), "--assignment", "ps01_sgd", "--source", str(source), "--out", str(out),
                    "--unsafe-no-sandbox", "--no-progress"])
-    assert rc == 2 and "FIFO" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert rc == 2 and "FIFO" in err and "reference" not in err and "solution fails" not in err, err
 
 
 def test_listing_skips_what_is_not_a_regular_file_or_folder_without_blocking(tmp_path):

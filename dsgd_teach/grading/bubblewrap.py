@@ -13,12 +13,14 @@ import functools
 import itertools
 import json
 import os
+import select
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -163,10 +165,16 @@ def stop(proc: subprocess.Popen, child: int | None) -> None:
     proc.wait(timeout=30)
 
 
-def _child_pid(info_r: int) -> int | None:
-    """The sandbox init's pid in the grader's namespace, from bwrap's --info-fd (None if bwrap failed early)."""
-    with os.fdopen(info_r, "rb") as fh:
-        data = fh.read(65536)
+def _child_pid(info_r: int, timeout_s: float = 120.0) -> int | None:
+    """The sandbox init's pid in the grader's namespace, from bwrap's --info-fd (None if bwrap failed or hung)."""
+    data = b""
+    with os.fdopen(info_r, "rb", buffering=0) as fh:
+        deadline = time.monotonic() + timeout_s
+        while (left := deadline - time.monotonic()) > 0 and select.select([fh], [], [], left)[0]:
+            block = fh.read(65536)
+            if not block:
+                break
+            data += block
     try:
         return int(json.loads(data.decode())["child-pid"])
     except (ValueError, KeyError, TypeError):
