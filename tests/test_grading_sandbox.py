@@ -18,7 +18,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from grading_attacks import MARKER, write_submission
+from grading_attacks import write_submission
 
 from dsgd_teach.grading import bubblewrap, cli, safeio
 from dsgd_teach.grading.batch import Submission, _csv_text, find_submissions
@@ -33,7 +33,7 @@ needs_sandbox = pytest.mark.skipif(bool(bubblewrap.probe()), reason=f"no OS sand
 INSIDE = textwrap.dedent('''\
     import json, os, socket, subprocess, sys
     secret, source = sys.argv[1], sys.argv[2]
-    subprocess.Popen(["/bin/sh", "-c", "setsid sleep 300 & sleep 300 # MARKER"], start_new_session=True)
+    subprocess.Popen(["/bin/sh", "-c", "setsid sleep TOKEN & sleep TOKEN"], start_new_session=True)
     report = {"pids": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()), "uid": os.getuid(),
               "caps": open("/proc/self/status").read().split("CapEff:")[1].split()[0],
               "secret": os.path.exists(secret), "source": os.path.exists(source),
@@ -51,14 +51,30 @@ INSIDE = textwrap.dedent('''\
         report["wrote_python"] = False
     os.write(1, b"x" * (1 << 20))
     os.write(int(sys.argv[-1]), json.dumps(report).encode())
-''').replace("MARKER", MARKER + "-unit")
+''')
+
+
+def _token() -> str:
+    """A sleep duration no other process on the machine uses, to find what a sandbox left behind."""
+    return f"{300 + secrets.randbelow(100)}.{secrets.randbelow(10**9):09d}"
+
+
+def _left_behind(token: str) -> list[int]:
+    """Pids of processes whose command line holds token (killing them, so a failed test leaks nothing)."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        if token in " ".join(proc.info["cmdline"] or []) and proc.info["status"] != psutil.STATUS_ZOMBIE:
+            found.append(proc.pid)
+            proc.kill()
+    return found
 
 
 @needs_sandbox
 def test_sandbox_sees_only_itself_and_takes_everything_with_it(tmp_path):
     secret = tmp_path / "secret.txt"
     secret.write_text("reference answers")
-    code = f"exec({INSIDE!r})"
+    token = _token()
+    code = f"exec({INSIDE.replace('TOKEN', token)!r})"
     out = bubblewrap.run([sys.executable, "-c", code, str(secret), str(SOURCE)], b"", 120,
                          env={"GRADER_CWD": str(Path(__file__).parent)})
     report = json.loads(out.result)
@@ -68,16 +84,16 @@ def test_sandbox_sees_only_itself_and_takes_everything_with_it(tmp_path):
     assert report["interfaces"] == ["lo"] and not report["network"]
     assert not report["wrote_python"]
     assert "GRADER_CWD" in report["env"] and not any(k.startswith(("PYTEST", "DSGD_HOSTILE")) for k in report["env"])
-    left = [p.pid for p in psutil.process_iter(["cmdline"]) if MARKER + "-unit" in " ".join(p.info["cmdline"] or [])]
-    assert not left, "a detached process of the sandbox outlived it"
+    assert not _left_behind(token), "a detached process of the sandbox outlived it"
 
 
 @needs_sandbox
 def test_a_sandbox_that_overruns_is_killed_whole():
-    code = f"import os, time; os.system('setsid sleep 300 & # {MARKER}-overrun'); time.sleep(300)"
+    token = _token()
+    code = f"import os, time; os.system('setsid sleep {token} &'); time.sleep(300)"
     out = bubblewrap.run([sys.executable, "-c", code], b"", 3)
     assert out.timed_out and out.result is None
-    assert not [p for p in psutil.process_iter(["cmdline"]) if f"{MARKER}-overrun" in " ".join(p.info["cmdline"] or [])]
+    assert not _left_behind(token)
 
 
 def test_grade_refuses_without_a_sandbox_and_says_how_to_get_one(tmp_path, monkeypatch, capsys):
