@@ -1,5 +1,7 @@
 """Resource limits and an audit-hook fence for a grading kernel (defence in depth, not an OS sandbox).
 
+The OS sandbox is bubblewrap.py; this fence runs inside it, and is all there is with --unsafe-no-sandbox.
+
 Installed by the kernel wrapper before ipykernel starts, so before any student code. It denies, and reports on
 stderr (which only the grading worker reads): reading files outside the Python installation, the dsgd_teach
 package and the kernel's own empty work directory; writing outside the work directory; starting processes;
