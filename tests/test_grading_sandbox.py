@@ -242,3 +242,27 @@ def test_an_ordinary_user_grades_a_hostile_class_in_the_sandbox():
                 proc.kill()
         shutil.rmtree(work, ignore_errors=True)
         subprocess.run(["userdel", user], check=False, capture_output=True)
+
+
+def test_the_worker_keeps_reports_only_and_nothing_erases_them():
+    import nbformat
+    from nbclient.exceptions import CellExecutionComplete
+
+    from dsgd_teach.grading.probe import MIME
+    from dsgd_teach.grading.worker import _Client
+
+    cell = nbformat.v4.new_code_cell("pass")
+    client = _Client(nbformat.v4.new_notebook(cells=[cell]), km=None)
+    report = {"label": "a", "value": {"t": "num", "v": 1.0}}
+    for msg_type, content in (("display_data", {"data": {MIME: report}, "transient": {"display_id": "d"}}),
+                              ("stream", {"name": "stdout", "text": "x" * 100_000}),
+                              ("clear_output", {"wait": False}),
+                              ("update_display_data", {"data": {MIME: {"label": "b"}}, "transient": {"display_id": "d"}}),
+                              ("display_data", {"data": {"text/plain": "forged"}}),
+                              ("comm_open", {"comm_id": "c", "target_name": "jupyter.widget", "data": {}})):
+        client.process_message({"msg_type": msg_type, "content": content, "parent_header": {"msg_id": "m"},
+                                "header": {"msg_type": msg_type}, "metadata": {}}, cell, 0)
+    assert [o["data"] for o in cell.outputs] == [{MIME: report}]
+    with pytest.raises(CellExecutionComplete):
+        client.process_message({"msg_type": "status", "content": {"execution_state": "idle"},
+                                "parent_header": {}, "header": {}, "metadata": {}}, cell, 0)
