@@ -260,8 +260,7 @@ def test_the_worker_keeps_reports_only_and_nothing_erases_them():
                               ("stream", {"name": "stdout", "text": "x" * 100_000}),
                               ("clear_output", {"wait": False}),
                               ("update_display_data", {"data": {MIME: {"label": "b"}}, "transient": {"display_id": "d"}}),
-                              ("display_data", {"data": {"text/plain": "forged"}}),
-                              ("comm_open", {"comm_id": "c", "target_name": "jupyter.widget", "data": {}})):
+                              ("display_data", {"data": {"text/plain": "forged"}})):
         client.process_message({"msg_type": msg_type, "content": {"metadata": {}, **content}, "parent_header": {"msg_id": "m"},
                                 "header": {"msg_type": msg_type}, "metadata": {}}, cell, 0)
     assert [o["data"] for o in cell.outputs] == [{MIME: report}]
