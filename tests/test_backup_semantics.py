@@ -16,13 +16,12 @@ from dsgd_teach.syncasync import SyncConfig, run_sync
 pytestmark = pytest.mark.timeout(240)
 
 # Per rank, per step: every step has one long delay (cancelled once the other two are in) and its second-fastest
-# delay is >= 0.25 s, so the step time is set by the scripted, trace-labelled delays and not by this machine.
+# delay is >= 0.5 s, so the step time is set by the scripted, trace-labelled delays and not by this machine.
 SCRIPT = [
-    [0.60, 0.25, 0.30, 0.60, 0.25, 0.30],
-    [0.25, 0.60, 0.25, 0.30, 0.60, 0.25],
-    [0.25, 0.30, 0.60, 0.25, 0.35, 0.60],
+    [1.2, 0.5, 0.6, 1.2, 0.5, 0.6],
+    [0.5, 1.2, 0.5, 0.6, 1.2, 0.5],
+    [0.5, 0.6, 1.2, 0.5, 0.7, 1.2],
 ]
-
 
 def test_chen_formula_agrees_with_the_simulator_on_the_same_draws() -> None:
     table = order_statistic_check(total=100, backups=4, steps=30)
