@@ -113,9 +113,9 @@ class ServerDCASGD(ServerSGD):
     name = "dcasgd"
     uses_reads = True
 
-    def __init__(self, dc_lambda: float = DEFAULT_DC_LAMBDA) -> None:
+    def __init__(self, dc_lambda: float = DEFAULT_DC_LAMBDA, max_reads: int = MAX_READS) -> None:
         self.dc_lambda = np.float32(dc_lambda)
-        self.reads = ReadLog()
+        self.reads = ReadLog(max_reads)
 
     def read(self, version: int, values: np.ndarray) -> None:
         """Remember the parameters the reader got (a reference: the server never mutates them)."""
@@ -184,11 +184,13 @@ class ServerAdaRevision(ServerAdagrad):
     name = "adarevision"
     uses_reads = True
 
-    def __init__(self, size: int, initial_accumulator: float = 0.1, eps: float = 1e-10) -> None:
+    def __init__(
+        self, size: int, initial_accumulator: float = 0.1, eps: float = 1e-10, max_reads: int = MAX_READS
+    ) -> None:
         super().__init__(size, initial_accumulator, eps)
         self.z = np.zeros(size, dtype=np.float32)  # replaced, never mutated: readers keep a reference
         self.accum_max = self.accum.copy()
-        self.reads = ReadLog()
+        self.reads = ReadLog(max_reads)
 
     def read(self, version: int, values: np.ndarray) -> None:
         """Remember the gradient sum z at this read."""
@@ -227,16 +229,17 @@ class ServerAdaRevision(ServerAdagrad):
 Rule = ServerSGD | ServerAdagrad
 
 
-def make_optimizer(name: str, size: int, dc_lambda: float = DEFAULT_DC_LAMBDA) -> Rule:
-    """The update rule called name for a server (or shard) of `size` coordinates."""
+def make_optimizer(name: str, size: int, dc_lambda: float = DEFAULT_DC_LAMBDA, max_reads: int = MAX_READS) -> Rule:
+    """The update rule called name for a server (or shard) of `size` coordinates; max_reads bounds the reads
+    remembered (a server with more readers in flight than that must raise it)."""
     if name == "sgd":
         return ServerSGD()
     if name == "staleness_aware":
         return ServerStalenessAware()
     if name == "dcasgd":
-        return ServerDCASGD(dc_lambda)
+        return ServerDCASGD(dc_lambda, max_reads)
     if name == "adagrad":
         return ServerAdagrad(size)
     if name == "adarevision":
-        return ServerAdaRevision(size)
+        return ServerAdaRevision(size, max_reads=max_reads)
     raise ValueError(f"optimizer must be one of {', '.join(map(repr, OPTIMIZERS))}; got {name!r}")

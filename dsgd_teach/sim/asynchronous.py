@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import simpy
 
-from ..ps.optimizers import make_optimizer
+from ..ps.optimizers import MAX_READS, make_optimizer
 from ..syncasync.schedule import StalenessGate
 from .engine import SimRun
 from .network import ServerPorts
@@ -83,7 +83,8 @@ class AsyncSim(SimRun):
         self.keeper = GateKeeper(self.env, config.staleness_bound, config.steps, self.read, self.apply)
         self.waiting: dict[int, dict[str, Any]] = {}  # worker -> its gradient and timings, until applied
         self.held: dict[int, np.ndarray | None] = {}  # worker -> the parameters it read
-        self.rule = make_optimizer(config.rule, self.elements, config.dc_lambda) if self.real else None
+        reads = max(MAX_READS, 2 * config.workers)  # every worker may hold a read of its own version
+        self.rule = make_optimizer(config.rule, self.elements, config.dc_lambda, reads) if self.real else None
         for rank in range(config.workers):
             self.env.process(self.worker(rank))
 
