@@ -28,6 +28,7 @@ BENCH_MODULES = (
     "dsgd_teach.bench.collectives",
     "dsgd_teach.bench.threads",
     "dsgd_teach.bench.sim",
+    "dsgd_teach.bench.delay_tolerant",
     "dsgd_teach.bench.grading",
 )
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from ..config import check_choice, check_float, check_int
 from ..problem import TrainingConfig
-from .optimizers import OPTIMIZERS
+from .optimizers import DEFAULT_DC_LAMBDA, OPTIMIZERS
 
 
 @dataclass(frozen=True)
@@ -19,6 +19,7 @@ class PSConfig(TrainingConfig):
     replicas: int = 2
     shards: int = 2
     optimizer: str = "sgd"
+    dc_lambda: float = DEFAULT_DC_LAMBDA
     checkpoint_every: int = 0
     timeout_s: float = 10.0
 
@@ -27,6 +28,7 @@ class PSConfig(TrainingConfig):
         check_int("replicas", self.replicas, 1, 16)
         check_int("shards", self.shards, 1, 16)
         check_choice("optimizer", self.optimizer, OPTIMIZERS)
+        check_float("dc_lambda", self.dc_lambda, 0.0, 1000.0)
         check_int("checkpoint_every", self.checkpoint_every, 0, 1_000_000)
         check_float("timeout_s", self.timeout_s, 0.5, 600.0)
 

@@ -52,7 +52,7 @@ def _run_ps(
 ) -> Result:
     server = ShardedServer.start(
         client, problem.init_params, config.shards, config.optimizer, config.lr, config.checkpoint_every,
-        timeout_s=config.timeout_s,
+        timeout_s=config.timeout_s, dc_lambda=config.dc_lambda,
     )
     try:
         watch = ServerWatch(on_update, server, problem, config.eval_every)

@@ -24,7 +24,7 @@ from distributed.actor import Actor
 from ..cluster import worker_addresses
 from ..config import check_choice, check_float, check_int
 from . import checkpoint as ckpt
-from .optimizers import OPTIMIZERS
+from .optimizers import DEFAULT_DC_LAMBDA, OPTIMIZERS
 from .shard import BarrierTimeout, ParamShard
 
 #: Starting a shard may be a fresh worker's first task (importing torch and this package): allow for that.
@@ -69,9 +69,9 @@ class ShardedServer:
 
     def __init__(
         self, infos: list[ShardInfo], size: int, *, optimizer: str, lr: float, checkpoint_every: int,
-        checkpoint_dir: str | None, directory: str, timeout_s: float,
+        checkpoint_dir: str | None, directory: str, timeout_s: float, dc_lambda: float = DEFAULT_DC_LAMBDA,
     ) -> None:
-        self.infos, self.size = list(infos), size
+        self.infos, self.size, self.dc_lambda = list(infos), size, float(dc_lambda)
         self.optimizer, self.lr, self.checkpoint_every = optimizer, lr, checkpoint_every
         self.checkpoint_dir, self.directory, self.timeout_s = checkpoint_dir, directory, timeout_s
         self._handles: list[Actor] | None = None
@@ -85,7 +85,7 @@ class ShardedServer:
     def start(
         cls, client: Client, init_params: np.ndarray, n_shards: int, optimizer: str = "sgd", lr: float = 0.1,
         checkpoint_every: int = 0, *, workers: list[str] | None = None, timeout_s: float = 10.0,
-        checkpoint_dir: str | None = None,
+        checkpoint_dir: str | None = None, dc_lambda: float = DEFAULT_DC_LAMBDA,
     ) -> ShardedServer:
         """Start n_shards actors holding slices of init_params (placed by default_placement unless workers)."""
         init = np.asarray(init_params)
@@ -97,6 +97,7 @@ class ShardedServer:
         check_float("lr", lr, 0.0, 100.0, lo_open=True)
         check_int("checkpoint_every", checkpoint_every, 0, 1_000_000)
         check_float("timeout_s", timeout_s, 0.0, 3600.0, lo_open=True)
+        check_float("dc_lambda", dc_lambda, 0.0, 1000.0)
         addresses = worker_addresses(client)
         if not addresses:
             raise RuntimeError("the cluster has no workers to hold parameter shards")
@@ -110,6 +111,7 @@ class ShardedServer:
         server = cls(
             [], init.size, optimizer=optimizer, lr=float(lr), checkpoint_every=checkpoint_every,
             checkpoint_dir=checkpoint_dir, directory=f"dsgd-ps-{uid}", timeout_s=float(timeout_s),
+            dc_lambda=dc_lambda,
         )
         server._client, server._owns_dir, server._known = client, owns_dir, addresses
         try:
@@ -127,7 +129,7 @@ class ShardedServer:
         file = str(ckpt.checkpoint_path(self.checkpoint_dir, info.index)) if self.checkpoint_every else None
         future = self._client.submit(
             ParamShard, info.index, info.lo, values, self.optimizer, self.lr, self.checkpoint_every, file,
-            restore_from, actor=True, workers=[info.address], allow_other_workers=False, key=info.key,
+            restore_from, dc_lambda=self.dc_lambda, actor=True, workers=[info.address], allow_other_workers=False, key=info.key,
             pure=False, retries=0,
         )
         if info.index < len(self.infos):

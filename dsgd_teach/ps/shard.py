@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from . import checkpoint as ckpt
-from .optimizers import make_optimizer
+from .optimizers import DEFAULT_DC_LAMBDA, make_optimizer
 
 
 class BarrierTimeout(RuntimeError):
@@ -34,9 +34,10 @@ class ParamShard:
         checkpoint_every: int = 0,
         checkpoint_file: str | None = None,
         restore_from: str | None = None,
+        dc_lambda: float = DEFAULT_DC_LAMBDA,
     ) -> None:
         self.index, self.lo, self.lr = index, lo, float(lr)
-        self.optimizer = make_optimizer(optimizer, len(values))
+        self.optimizer = make_optimizer(optimizer, len(values), dc_lambda)
         self.values = np.asarray(values, dtype=np.float32).copy()
         self.version = 0
         self.applied: set[tuple[int, int]] = set()
@@ -67,6 +68,7 @@ class ParamShard:
                 ) from None
         self.stats["pulls"] += 1
         self.stats["bytes_out"] += self.values.nbytes
+        self.optimizer.read(self.version, self.values)  # delay-aware rules remember what this reader saw
         return self.values, self.version
 
     async def push(self, key: tuple[int, int], grad: np.ndarray, version_read: int, scale: float = 1.0) -> dict[str, Any]:
@@ -75,7 +77,7 @@ class ParamShard:
         receipt = self._receipt(key, grad, version_read)
         if receipt["applied"]:
             self.applied.add(key)
-            await self._update(grad, self.lr * scale)
+            await self._update(grad, self.lr * scale, version_read)
             receipt["version_applied"] = self.version
             receipt["staleness"] = self.version - 1 - version_read
         return receipt
@@ -133,8 +135,8 @@ class ParamShard:
             "version_applied": self.version, "staleness": 0, "bytes": int(grad.nbytes), "server_time": time.time(),
         }
 
-    async def _update(self, grad: np.ndarray, step: float) -> None:
-        self.values = self.optimizer.apply(self.values, grad, step)
+    async def _update(self, grad: np.ndarray, step: float, version_read: int | None = None) -> None:
+        self.values = self.optimizer.apply(self.values, grad, step, version_read, self.version)
         self.version += 1
         if self.checkpoint_every and self.checkpoint_file and self.version % self.checkpoint_every == 0:
             state = ckpt.ShardState(self.values, self.version, set(self.applied), self.optimizer.state())

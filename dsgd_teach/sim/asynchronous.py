@@ -1,9 +1,11 @@
-"""Simulated asynchronous SGD: staleness, the staleness-aware rate (Zhang et al. 2015), bounded staleness.
+"""Simulated asynchronous SGD: staleness, the server's update rules (chapter 03's optimizers.py), bounded staleness.
 
 Every worker pulls, computes and pushes on its own clock; the server applies each gradient the moment the
 staleness gate lets it. Decisions go through chapter 04's StalenessGate, and blocked workers are re-examined in
 rank order after every change, the rule of chapter 04's simulate_async, so on a scripted interleaving the simulator
-and the chapter agree gradient for gradient. Traffic goes through the (sharded) server's queued ports.
+and the chapter agree gradient for gradient. Traffic goes through the (sharded) server's queued ports. The server
+applies each gradient with the config's rule (SGD, AdaGrad, AdaRevision, DC-ASGD, staleness-aware), the same code
+as on the cluster, given the staleness this simulated server observed.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 import numpy as np
 import simpy
 
+from ..ps.optimizers import MAX_READS, make_optimizer
 from ..syncasync.schedule import StalenessGate
 from .engine import SimRun
 from .network import ServerPorts
@@ -80,6 +83,8 @@ class AsyncSim(SimRun):
         self.keeper = GateKeeper(self.env, config.staleness_bound, config.steps, self.read, self.apply)
         self.waiting: dict[int, dict[str, Any]] = {}  # worker -> its gradient and timings, until applied
         self.held: dict[int, np.ndarray | None] = {}  # worker -> the parameters it read
+        reads = max(MAX_READS, 2 * config.workers)  # every worker may hold a read of its own version
+        self.rule = make_optimizer(config.rule, self.elements, config.dc_lambda, reads) if self.real else None
         for rank in range(config.workers):
             self.env.process(self.worker(rank))
 
@@ -111,14 +116,16 @@ class AsyncSim(SimRun):
     def read(self, rank: int, version: int) -> None:
         """The gate admitted rank's read: it holds the parameters as they are at this instant."""
         self.held[rank] = self.w
+        if self.rule is not None:
+            self.rule.read(version, self.w)
 
     def apply(self, rank: int, read: int, applied: int, staleness: int) -> None:
-        """The gate admitted rank's write: apply it (scaled if staleness-aware) and record the push."""
+        """The gate admitted rank's write: apply it with the server's rule and record the push."""
         cfg = self.config
         job = self.waiting.pop(rank)
-        scale = 1.0 / max(1, staleness) if cfg.staleness_aware else 1.0
+        scale = 1.0 / max(1, staleness) if cfg.rule == "staleness_aware" else 1.0
         if job["grad"] is not None:
-            self.w = self.w - np.float32(cfg.lr * scale) * job["grad"]
+            self.w = self.rule.apply(self.w, job["grad"], cfg.lr, read, applied - 1)
         snap = {"params": self.w} if self.snapshot_due(applied, cfg.steps) else {}
         self.trace.record(
             worker=rank, step=job["k"], event="push", loss=job["loss"], version_read=read, version_applied=applied,

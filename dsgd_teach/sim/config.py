@@ -13,9 +13,12 @@ from typing import Any
 
 from ..config import check_bool, check_choice, check_float, check_int
 from ..problem import TrainingConfig
+from ..ps.optimizers import DEFAULT_DC_LAMBDA, OPTIMIZERS
 from .delays import STRAGGLER_MODELS, frozen_script, validate_script
 
 MAX_SIM_WORKERS = 1000
+#: Asynchronous runs may go further: delays of thousands of updates need thousands of workers.
+MAX_ASYNC_SIM_WORKERS = 10_000
 ALGORITHMS = ("sync", "async", "allreduce")
 COMMS = ("naive", "tree", "ring")  # naive = a central server (gather, then broadcast)
 MODES = ("timing", "real")
@@ -27,7 +30,9 @@ class SimConfig(TrainingConfig):
 
     mode="real" applies real gradients of the chapter's model at the simulated times; mode="timing" only moves
     the clocks (fast enough for 1000 workers). For algorithm="allreduce", `steps` is the number of repeats and
-    `elements` the vector length. bandwidth_Bps=None means an infinitely fast link.
+    `elements` the vector length. bandwidth_Bps=None means an infinitely fast link. `optimizer` is the server's
+    update rule (chapter 03's OPTIMIZERS, fed the staleness the simulated server observes); asynchronous runs
+    take up to 10 000 workers.
     """
 
     algorithm: str = "sync"
@@ -40,6 +45,8 @@ class SimConfig(TrainingConfig):
     delay_script: tuple[tuple[float, ...], ...] | None = None
     staleness_aware: bool = False
     staleness_bound: int | None = None
+    optimizer: str = "sgd"
+    dc_lambda: float = DEFAULT_DC_LAMBDA
     compression: bool = False
     shards: int = 1
     compute_s: float = 0.005
@@ -58,7 +65,7 @@ class SimConfig(TrainingConfig):
         check_choice("comm", self.comm, COMMS)
         check_choice("mode", self.mode, MODES)
         super().validate()
-        check_int("workers", self.workers, 1, MAX_SIM_WORKERS)
+        check_int("workers", self.workers, 1, MAX_ASYNC_SIM_WORKERS if self.algorithm == "async" else MAX_SIM_WORKERS)
         check_int("backups", self.backups, 0, self.workers)
         check_choice("straggler", self.straggler, STRAGGLER_MODELS)
         check_float("severity", self.severity, 0.0, 10.0)
@@ -67,6 +74,12 @@ class SimConfig(TrainingConfig):
         check_bool("staleness_aware", self.staleness_aware)
         if self.staleness_bound is not None:
             check_int("staleness_bound", self.staleness_bound, 0, 1_000_000)
+        check_choice("optimizer", self.optimizer, OPTIMIZERS)
+        check_float("dc_lambda", self.dc_lambda, 0.0, 1000.0)
+        if self.staleness_aware and self.optimizer not in ("sgd", "staleness_aware"):
+            raise ValueError(
+                f"staleness_aware=True is optimizer='staleness_aware'; it cannot be combined with {self.optimizer!r}"
+            )
         check_bool("compression", self.compression)
         check_int("shards", self.shards, 1, 1024)
         check_float("compute_s", self.compute_s, 0.0, 3600.0)
@@ -81,6 +94,11 @@ class SimConfig(TrainingConfig):
             raise ValueError("mode='real' needs algorithm 'sync' or 'async' (an allreduce alone has no model)")
         if self.algorithm == "allreduce" and self.elements is None:
             raise ValueError("algorithm='allreduce' needs elements (the vector length to reduce)")
+
+    @property
+    def rule(self) -> str:
+        """The server's update rule (staleness_aware=True selects 'staleness_aware')."""
+        return "staleness_aware" if self.staleness_aware else self.optimizer
 
     @property
     def world(self) -> int:

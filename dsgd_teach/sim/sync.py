@@ -2,8 +2,13 @@
 
 Each of the workers + backups processes pulls the current parameters, computes (compute time + injected straggler
 delay), and pushes its gradient. Chapter 04's SyncRound decides, exactly as on the cluster, that a step takes the
-first `workers` gradients and discards the rest. comm="naive" sends everything through a central server whose
-ports queue the messages; comm="ring"/"tree" averages the gradients with an allreduce among the `workers` ranks.
+first `workers` gradients and discards the rest. Backups follow the cluster's rule too: a worker still in its
+injected delay when the step completes is cancelled (its gradient is never sent; event "cancelled") and starts on
+the next version; one whose gradient arrives late is "discarded". So every step starts all N + b workers afresh,
+and its time is the N-th smallest of their N + b compute-plus-delay times (plus communication).
+comm="naive" sends everything through a central server whose ports queue the messages; comm="ring"/"tree"
+averages the gradients with an allreduce among the `workers` ranks. The server's rule (optimizer) is applied to
+the step's mean gradient with no delay, as chapter 03's synchronous parameter server does.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from typing import Any
 import numpy as np
 import simpy
 
+from ..ps.optimizers import make_optimizer
 from ..sgd import averaged_gradient
 from ..syncasync.onebit import HEADER_BYTES, OneBitCompressor
 from ..syncasync.schedule import SyncRound
@@ -30,6 +36,9 @@ class SyncSim(SimRun):
         self.ports = ServerPorts(self.env, self.net, config.shards) if config.comm == "naive" else None
         self.published = 0  # newest version whose parameters the workers can fetch
         self.new_version: simpy.Event = self.env.event()
+        self.step_closed: simpy.Event = self.env.event()  # fires when a step has its gradients (backups cancel)
+        self.cancelled = 0
+        self.rule = make_optimizer(config.rule, self.elements, config.dc_lambda) if self.real else None
         self.parts: list[tuple[float, np.ndarray | None, int, float]] = []
         self.step_rows: list[dict[str, Any]] = []
         self.t_version = 0.0
@@ -59,8 +68,28 @@ class SyncSim(SimRun):
             if grad is not None and self.compressors is not None:
                 comp = self.compressors.setdefault(rank, OneBitCompressor(grad.size, True))
                 grad = comp.encode(grad).decode()
-            if compute + delay > 0:
+            cancelled = False
+            if cfg.backups > 0 and delay > 0:  # the cluster's rule: an injected delay ends when the step does
+                if compute > 0:
+                    yield env.timeout(compute)
+                t_delay = env.now
+                if self.round.version <= version:
+                    yield env.any_of([env.timeout(delay), self.step_closed])
+                cancelled = self.round.version > version
+                if cancelled:
+                    delay = float(env.now - t_delay)
+            elif compute + delay > 0:
                 yield env.timeout(compute + delay)
+            if cancelled:
+                self.cancelled += 1
+                self.trace.record(
+                    worker=rank, step=version, event="cancelled", loss=loss, version_read=version,
+                    version_applied=-1, injected_delay=delay, bytes_sent=self.param_bytes if self.ports else 0,
+                    uplink_bytes=0, t_begin=t_begin, compute_s=compute, comm_s=t_begin - t_pull, wait_s=0.0,
+                )
+                while self.published <= version and not self.finished:
+                    yield self.new_version
+                continue
             t_push = env.now
             if self.ports is not None:
                 yield from self.ports.push(self.uplink_bytes)
@@ -85,8 +114,10 @@ class SyncSim(SimRun):
         loss = float("nan")
         if self.real:
             loss, grad = averaged_gradient(self.parts)  # type: ignore[arg-type]
-            self.w = self.w - np.float32(cfg.lr) * grad
+            self.w = self.rule.apply(self.w, grad, cfg.lr)
         log = self.round.advance()
+        closed, self.step_closed = self.step_closed, self.env.event()
+        closed.succeed()
         busy = max(p[3] for p in self.parts)
         self.parts = []
         self.env.process(self.publish(log.version, log.aggregated, loss, busy, self.w))
@@ -132,5 +163,6 @@ class SyncSim(SimRun):
             "median_step_ms": float(np.median(step_s) * 1e3) if has else float("nan"),
             "median_overhead_ms": float(np.median(step_s - busy_s) * 1e3) if has else float("nan"),
             "discarded": int(sum(len(log.discarded) for log in self.round.logs)),
+            "cancelled": self.cancelled,
             "server_port_busy": self.ports.busiest_fraction(self.env.now) if self.ports else float("nan"),
         }

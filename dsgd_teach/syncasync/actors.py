@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from ..ps.optimizers import DEFAULT_DC_LAMBDA, make_optimizer
 from .onebit import OneBitMessage
 from .schedule import StalenessGate, StepLog, SyncRound
 
@@ -175,19 +176,25 @@ class SyncCoordinator(_Waitable):
 class AsyncServer(_Waitable):
     """Asynchronous SGD server: applies each gradient on arrival, measures its staleness, optionally bounds it.
 
-    With `staleness_aware` the step is lr / max(1, staleness) (Zhang et al. 2015). `bound` (None = unbounded)
-    makes readers and writers wait at StalenessGate so no gradient is staler than the bound.
+    The update is chapter 03's server-side rule `optimizer` (see dsgd_teach/ps/optimizers.py: SGD, AdaGrad,
+    AdaRevision, delay-compensated ASGD), given the staleness measured here; `staleness_aware` is the rule
+    lr / max(1, staleness) (Zhang et al. 2015). `bound` (None = unbounded) makes readers and writers wait at
+    StalenessGate so no gradient is staler than the bound.
     """
 
     def __init__(
         self, params: np.ndarray, lr: float, updates: int, bound: int | None, staleness_aware: bool,
-        eval_every: int = 0, slice_s: float = 0.25, world: int = 1,
+        eval_every: int = 0, slice_s: float = 0.25, world: int = 1, optimizer: str = "sgd",
+        dc_lambda: float = DEFAULT_DC_LAMBDA,
     ):
         super().__init__(world)
-        self.w = np.array(params, dtype=np.float32)
+        self.w = np.array(params, dtype=np.float32)  # replaced at every update, never mutated
         self.lr, self.updates, self.slice_s = float(lr), updates, slice_s
         self.gate = StalenessGate(bound)
         self.staleness_aware = staleness_aware
+        if staleness_aware and optimizer not in ("sgd", "staleness_aware"):
+            raise ValueError(f"staleness_aware=True is the rule 'staleness_aware'; it cannot be {optimizer!r} too")
+        self.rule = make_optimizer("staleness_aware" if staleness_aware else optimizer, self.w.size, dc_lambda)
         self.eval_every = eval_every
 
     def _status(self) -> str:
@@ -203,7 +210,9 @@ class AsyncServer(_Waitable):
             return self._status(), self.gate.version, None
         if not self.gate.can_read(rank):
             return "pending", self.gate.version, None
-        return "run", self.gate.read(rank), self.w.copy()
+        version = self.gate.read(rank)
+        self.rule.read(version, self.w)
+        return "run", version, self.w.copy()
 
     async def push(self, rank: int, payload: np.ndarray | OneBitMessage) -> dict[str, Any]:
         """Apply rank's gradient when the gate allows (one slice at most); returns a receipt."""
@@ -217,8 +226,8 @@ class AsyncServer(_Waitable):
         if not self.gate.can_write(rank):
             return {"status": "pending", "bytes": nbytes}
         read, applied, staleness = self.gate.write(rank)
-        scale = 1.0 / max(1, staleness) if self.staleness_aware else 1.0
-        self.w -= np.float32(self.lr * scale) * grad
+        scale = self.rule.scale(read, applied - 1)
+        self.w = self.rule.apply(self.w, grad, self.lr, read, applied - 1)
         self.notify()
         snapshot = self.eval_every and (applied % self.eval_every == 0 or applied == self.updates)
         return {

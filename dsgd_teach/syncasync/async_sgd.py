@@ -1,10 +1,11 @@
 """Asynchronous SGD on the cluster: every worker pushes as soon as its gradient is ready, nobody waits.
 
 Each gradient was computed from parameters some updates old; its staleness (version_applied - 1 - version_read)
-is measured exactly at the server. Two options tame it: the staleness-aware step lr / max(1, staleness)
-(Zhang et al. 2015) and a staleness bound (StalenessGate). The default server is this chapter's AsyncServer actor,
-which decides both atomically when a gradient lands; server="ps" reuses chapter 03's ShardedServer instead
-(plain asynchronous SGD only: its push takes the step scale before the staleness is known).
+is measured exactly at the server. The server's update rule (`optimizer`, shared with chapter 03 and the
+simulator: SGD, AdaGrad, AdaRevision, delay-compensated ASGD, or the staleness-aware step lr / max(1, staleness)
+of Zhang et al. 2015) uses that measured delay; a staleness bound (StalenessGate) caps it. The default server is
+this chapter's AsyncServer actor, which decides both atomically when a gradient lands; server="ps" reuses
+chapter 03's ShardedServer instead (every rule, but no staleness bound).
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ from typing import Any
 
 from distributed import Client
 
-from ..config import check_bool, check_choice, check_int
+from ..config import check_bool, check_choice, check_float, check_int
 from ..live import WorkerContext, pick_workers, run_live
 from ..models import loss_and_grad
 from ..problem import get_problem
+from ..ps.optimizers import DEFAULT_DC_LAMBDA, OPTIMIZERS
 from ..sgd import batch_indices
 from ..trace import OnUpdate, Result
 from .actors import AsyncServer
@@ -29,11 +31,17 @@ SERVERS = ("gate", "ps")
 
 @dataclass(frozen=True)
 class AsyncConfig(ChapterConfig):
-    """Asynchronous SGD: `steps` updates in total from `workers` processes; optional staleness rule and bound."""
+    """Asynchronous SGD: `steps` updates in total from `workers` processes; a server rule and a staleness bound.
+
+    `optimizer` is the server's update rule (one of OPTIMIZERS); `staleness_aware=True` is the same as
+    optimizer="staleness_aware". `dc_lambda` is delay-compensated ASGD's lambda.
+    """
 
     staleness_aware: bool = False
     staleness_bound: int | None = None
     server: str = "gate"
+    optimizer: str = "sgd"
+    dc_lambda: float = DEFAULT_DC_LAMBDA
 
     def validate(self) -> None:
         super().validate()
@@ -41,11 +49,19 @@ class AsyncConfig(ChapterConfig):
         if self.staleness_bound is not None:
             check_int("staleness_bound", self.staleness_bound, 0, 1000)
         check_choice("server", self.server, SERVERS)
-        if self.server == "ps" and (self.staleness_aware or self.staleness_bound is not None):
+        check_choice("optimizer", self.optimizer, OPTIMIZERS)
+        check_float("dc_lambda", self.dc_lambda, 0.0, 1000.0)
+        if self.staleness_aware and self.optimizer not in ("sgd", "staleness_aware"):
             raise ValueError(
-                "server='ps' runs plain asynchronous SGD only; use server='gate' for staleness_aware or "
-                "staleness_bound"
+                f"staleness_aware=True is optimizer='staleness_aware'; it cannot be combined with {self.optimizer!r}"
             )
+        if self.server == "ps" and self.staleness_bound is not None:
+            raise ValueError("server='ps' has no staleness gate; use server='gate' for staleness_bound")
+
+    @property
+    def rule(self) -> str:
+        """The server's update rule (staleness_aware=True selects 'staleness_aware')."""
+        return "staleness_aware" if self.staleness_aware else self.optimizer
 
 
 def _retry(ctx: WorkerContext, server: Any, call: Any, timeout_s: float) -> Any:
@@ -130,10 +146,11 @@ def _ps_worker(ctx: WorkerContext, config: AsyncConfig, server: Any) -> int:
         t2 = time.perf_counter()
         receipts = server.push((ctx.rank, k), grad, versions)
         applied = max(r["version_applied"] for r in receipts)
+        tau = max(r["staleness"] for r in receipts)
         ctx.emit(
             step=k, event="push", loss=loss, version_read=versions[0], version_applied=applied,
-            staleness=max(r["staleness"] for r in receipts), bytes_sent=sum(r["bytes"] for r in receipts) + w.nbytes,
-            injected_delay=delay, lr_scale=1.0, t_begin=t_begin, compute_s=compute_s, wait_s=0.0,
+            staleness=tau, bytes_sent=sum(r["bytes"] for r in receipts) + w.nbytes, injected_delay=delay,
+            lr_scale=1.0 / max(1, tau) if config.rule == "staleness_aware" else 1.0, t_begin=t_begin, compute_s=compute_s, wait_s=0.0,
             comm_s=(t1 - t0) + (time.perf_counter() - t2),
         )
         k += 1
@@ -150,7 +167,9 @@ def run_async(config: AsyncConfig, client: Client, on_update: OnUpdate | None = 
     if config.server == "ps":
         from ..ps import ShardedServer
 
-        server = ShardedServer.start(client, problem.init_params, 1, optimizer="sgd", lr=config.lr)
+        server = ShardedServer.start(
+            client, problem.init_params, 1, optimizer=config.rule, lr=config.lr, dc_lambda=config.dc_lambda
+        )
         try:
             _, stopped = run_live(client, _ps_worker, [(config, server)] * config.world, recorder, timeout_s=budget)
             params, version = server.pull()[0], server.pull()[1][0]
@@ -159,7 +178,8 @@ def run_async(config: AsyncConfig, client: Client, on_update: OnUpdate | None = 
     else:
         future = client.submit(
             AsyncServer, problem.init_params, config.lr, config.steps, config.staleness_bound,
-            config.staleness_aware, config.eval_every, world=config.world, actor=True, pure=False,
+            config.staleness_aware, config.eval_every, world=config.world, optimizer=config.optimizer,
+            dc_lambda=config.dc_lambda, actor=True, pure=False,
             workers=pick_workers(client, 1), allow_other_workers=False,
         )
         server = future.result(timeout=config.timeout_s)
