@@ -29,6 +29,7 @@ BENCH_MODULES = (
     "dsgd_teach.bench.threads",
     "dsgd_teach.bench.sim",
     "dsgd_teach.bench.grading",
+    "dsgd_teach.bench.nbgrader_route",
 )
 
 
