@@ -181,6 +181,11 @@ def test_honest_stub_half_and_cheats_get_their_points_in_the_gradebook(course):
             continue
         for a in ASSIGNMENTS:
             assert tuple(scores[(student, a)]) == expected, (student, a, scores[(student, a)])
+    with Gradebook(f"sqlite:///{course['root'] / 'gradebook.db'}", COURSE) as gb:
+        a = ASSIGNMENTS[1]
+        comment = gb.find_comment(f"{a}_q2_solution", a, a, "half").auto_comment
+        assert comment.startswith(f"{a}_q2_tests: 0 / 3 points:") and "NotImplementedError" in comment, comment
+        assert gb.find_comment(f"{a}_q1_solution", a, a, "half").auto_comment.endswith("3 / 3 points: passed")
 
 
 @pytest.mark.xfail(reason="a child process started through _posixsubprocess.fork_exec escapes the audit-hook fence "
