@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import re
 import secrets
 import socket
@@ -263,7 +264,7 @@ def _formgrader_scores(root: Path) -> dict[tuple[str, str], float]:
            f"--ServerApp.port={port}", "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
            f"--ServerApp.root_dir={root}", "--allow-root"]
     env = {"JUPYTER_RUNTIME_DIR": str(runtime), "PATH": str(Path(sys.executable).parent)}
-    server = subprocess.Popen(cmd, cwd=root, env={**_base_env(), **env}, stdout=subprocess.DEVNULL,
+    server = subprocess.Popen(cmd, cwd=root, env={**os.environ, **env}, stdout=subprocess.DEVNULL,
                               stderr=subprocess.PIPE, start_new_session=True)
     base = f"http://127.0.0.1:{port}/formgrader/api"
     try:
@@ -287,12 +288,6 @@ def _running(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
-
-
-def _base_env() -> dict[str, str]:
-    import os
-
-    return dict(os.environ)
 
 
 def _get(url: str, token: str):

@@ -44,14 +44,17 @@ class GradingBatch:
         key = (assignment_id, notebook_id)
         if key not in self.references:
             if not source.is_file():
-                raise GradingEnvironmentError(f"source notebook {source} not found; the nbgrader route grades "
-                                              "against the course's source/ folder")
+                self.fail(f"source notebook {source} not found; the nbgrader route grades against the course's "
+                          "source/ folder")
             assignment = load_assignment(source)
             result = grading.run_worker(source_cells(assignment), "reference", self.limits, self.seed, self.protected)
             if "error" in result:
                 self.fail(f"{assignment_id}/{notebook_id}: the reference run failed: {result['error']}")
-            _raise_if_never_started(result, f"{assignment_id}/{notebook_id}: the reference run")
-            check_reference(assignment, result)
+            try:
+                _raise_if_never_started(result, f"{assignment_id}/{notebook_id}: the reference run")
+                check_reference(assignment, result)
+            except RuntimeError as exc:  # a dead kernel or a source failing its own tests: stop the batch
+                self.fail(str(exc))
             self.references[key] = (assignment, result)
         return self.references[key]
 
