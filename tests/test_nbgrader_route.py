@@ -150,6 +150,10 @@ def course(tmp_path_factory) -> dict:
         _ok(nbgrader(root, "collect", a))
     failures = {"no_package": _broken_environment(root, tmp), "dead_kernel": nbgrader(
         root, "autograde", ASSIGNMENTS[1], "--student", "honest", "--force", "--DsgdGrade.memory_mb=40")}
+    a = ASSIGNMENTS[1]
+    with Gradebook(f"sqlite:///{root / 'gradebook.db'}", COURSE) as gb:  # what the failed batches left
+        failures["auto_scores"] = [g.auto_score for g in gb.find_submission_notebook(a, a, "honest").grades]
+    failures["autograded"] = (root / "autograded" / "honest" / a).exists()
     graded = _ok(nbgrader(root, "autograde", "*", "--force"))
     return {"root": root, "exchange": exchange, "tmp": tmp, "failures": failures, "autograde": graded}
 
@@ -204,6 +208,9 @@ def test_a_grading_environment_without_the_package_or_a_kernel_fails_loudly(cour
     assert dead_kernel.returncode != 0
     assert "GradingEnvironmentError" in dead_kernel.stderr and "reference run" in dead_kernel.stderr
     assert "never ran a cell" in dead_kernel.stderr or "failed" in dead_kernel.stderr
+    failures = course["failures"]
+    assert failures["auto_scores"] and all(score is None for score in failures["auto_scores"]), failures
+    assert not failures["autograded"]
 
 
 def test_feedback_shows_hidden_checks_in_words_only_and_reaches_the_student(course):
@@ -278,6 +285,10 @@ def _formgrader_scores(root: Path) -> dict[tuple[str, str], float]:
         for a in ASSIGNMENTS:
             for sub in _get(base + f"/submissions/{a}", token):
                 served[(sub["student"], a)] = float(sub["score"])
+        a = ASSIGNMENTS[-1]
+        first = _get(base + f"/submitted_notebooks/{a}/{a}", token)[0]
+        page = _get(f"http://127.0.0.1:{port}/formgrader/submissions/{first['id']}/", token, raw=True)
+        assert "0 / 3 points:" in page or "3 / 3 points: passed" in page, "manual-grading page lacks the verdicts"
         return served
     finally:
         _stop(server, port)
@@ -290,10 +301,11 @@ def _running(pid: int) -> bool:
         return False
 
 
-def _get(url: str, token: str):
+def _get(url: str, token: str, raw: bool = False):
     req = urllib.request.Request(url, headers={"Authorization": f"token {token}"})
-    with urllib.request.urlopen(req, timeout=30) as resp:
-        return json.loads(resp.read())
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        body = resp.read()
+    return body.decode() if raw else json.loads(body)
 
 
 def _wait_for(url: str, token: str, server: subprocess.Popen, timeout_s: float = 120) -> None:
