@@ -123,7 +123,7 @@ def test_verdict_compares_values_outside_the_kernel():
     }, "flags": ["open '/secret'"]}
     grades = {g.question: g for g in grade(assignment, reference, student)}
     assert grades[ids[0]].points == 0 and "expected" in grades[ids[0]].reason and "hint: h" in grades[ids[0]].reason
-    assert grades[ids[1]].points == 0 and "hidden check 'c' failed" == grades[ids[1]].reason
+    assert grades[ids[1]].points == 0 and grades[ids[1]].reason.startswith("hidden check 'c' failed: expected a")
     assert "5" not in grades[ids[1]].reason
     assert grades[ids[2]].points == 0 and "ValueError: boom" in grades[ids[2]].reason
     assert grades["(integrity)"].reason.startswith("FLAGGED")

@@ -32,7 +32,8 @@ def write_feedback(path: Path, student: str, assignment: str, grades: list[Grade
         "pre{white-space:pre-wrap;margin:0}</style></head><body>"
         f"<h1>{escape(assignment)}</h1>{UNSAFE_BANNER if unsafe else ''}<p>Student: <b>{escape(student)}</b> &mdash; score "
         f"<b>{total:g} / {best:g}</b></p><table><tr><th>question</th><th>points</th><th>feedback</th></tr>"
-        f"{rows}</table><p>Hidden checks are not shown; run the visible tests in your notebook for details.</p>"
+        f"{rows}</table><p>Checks on hidden inputs that fail are described in words (what they expect, what your code "
+        "gave); those inputs and the expected values are not shown. Run the visible tests in your notebook for details.</p>"
         "</body></html>"
     )
     write_atomic(root, str(path.relative_to(root)), page.encode())

@@ -97,6 +97,29 @@ def show(encoded: dict[str, Any], limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def describe(encoded: dict[str, Any]) -> str:
+    """A value in words (kind, shape, integer- or float-valued), never its values: for hidden checks' feedback."""
+    kind = encoded.get("t")
+    if kind == "arr":
+        values = encoded.get("v", [])
+        dtype = "integer-valued" if all(float(v).is_integer() for v in values) else "float"
+        nan = ", with NaN" if any(isinstance(v, float) and math.isnan(v) for v in values) else ""
+        return f"{'an' if dtype[0] in 'aeiou' else 'a'} {dtype} array of shape {tuple(encoded.get('shape', ()))}{nan}"
+    if kind == "num":
+        v = encoded.get("v")
+        if isinstance(v, float) and math.isnan(v):
+            return "NaN"
+        return "a whole number" if isinstance(v, (int, float)) and float(v).is_integer() else "a number"
+    if kind == "seq":
+        return f"a list of {len(encoded.get('v', []))} items"
+    if kind == "dict":
+        return f"a dict with {len(encoded.get('v', []))} keys"
+    if kind == "str":
+        return f"a string of {len(encoded.get('v', ''))} characters"
+    value = encoded.get("v")
+    return "None" if value is None else "a bool"
+
+
 def _fmt_list(values: list[float]) -> str:
     shown = [repr(int(v)) if float(v).is_integer() else f"{v:.6g}" for v in values[:12]]
     return "[" + ", ".join(shown) + (", ..." if len(values) > 12 else "") + "]"

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .notebook import Assignment
-from .values import same, show
+from .values import describe, same, show
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ def _failure(expected: list[dict[str, Any]], result: dict[str, Any] | None) -> s
             ok = False
         if not ok:
             if exp.get("hidden"):
-                return f"hidden check '{exp['label']}' failed"
+                return f"hidden check '{exp['label']}' failed: {hidden_mismatch(exp, rec)}"
             hint = f"; hint: {exp['hint']}" if exp.get("hint") else ""
             return f"check '{exp['label']}' failed: expected {show(exp['value'])}, got {_show(rec)}{hint}"
     if len(got) > len(expected):
@@ -84,6 +84,24 @@ def _failure(expected: list[dict[str, Any]], result: dict[str, Any] | None) -> s
     if result["status"] != "ok":
         return f"the test cell raised {result['error']}"
     return ""
+
+
+def expected_in_words(exp: dict[str, Any]) -> str:
+    """What a check expects, in words: kind, shape and tolerance (never the reference values)."""
+    rtol, atol = exp.get("rtol", 0.0), exp.get("atol", 0.0)
+    tol = f"within rtol={rtol:g}, atol={atol:g}" if rtol or atol else "matched exactly"
+    return f"{describe(exp['value'])}, {tol}"
+
+
+def hidden_mismatch(exp: dict[str, Any], rec: dict[str, Any]) -> str:
+    """How a student's value differs from a hidden check's expectation, without revealing either's values."""
+    try:
+        got = describe(rec["value"])
+    except (KeyError, TypeError, AttributeError):
+        got = "an unreadable value"
+    same_form = got == describe(exp["value"])
+    tail = " (same kind and shape: the values differ)" if same_form else ""
+    return f"expected {expected_in_words(exp)}; your code gave {got}{tail}"
 
 
 def _show(rec: dict[str, Any]) -> str:

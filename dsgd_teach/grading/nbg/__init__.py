@@ -1,0 +1,1 @@
+"""The nbgrader route: nbgrader's autograde, feedback and gradebook with dsgd-teach's verdicts (see README.md)."""
