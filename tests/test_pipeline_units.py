@@ -7,7 +7,14 @@ import datetime
 import pytest
 import torch
 
-from dsgd_teach.pipeline import PipelineConfig, SCHEDULES, ideal_bubble, microbatch_slices, peak_held, stage_bounds
+from dsgd_teach.pipeline import (
+    SCHEDULES,
+    PipelineConfig,
+    ideal_bubble,
+    microbatch_slices,
+    peak_held,
+    stage_bounds,
+)
 from dsgd_teach.pipeline.link import StageLink
 
 

@@ -11,7 +11,6 @@ import time
 from collections import deque
 from typing import Any
 
-
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -126,7 +125,7 @@ def _update(module: nn.Module, waiting: deque[list[torch.Tensor]], staleness: in
     waiting.append([p.grad.clone() if p.grad is not None else torch.zeros_like(p) for p in params])
     if len(waiting) <= staleness:
         return False
-    for p, g in zip(params, waiting.popleft()):
+    for p, g in zip(params, waiting.popleft(), strict=True):
         p -= lr * g
     return True
 

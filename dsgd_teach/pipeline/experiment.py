@@ -104,7 +104,7 @@ def reference_training(config: PipelineConfig) -> tuple[np.ndarray, np.ndarray, 
             for s, params in enumerate(groups):
                 waiting[s].append([p.grad.clone() for p in params])
                 if len(waiting[s]) > config.stage_staleness(s):
-                    for p, g in zip(params, waiting[s].pop(0)):
+                    for p, g in zip(params, waiting[s].pop(0), strict=True):
                         p -= config.lr * g
     flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy()
     grads = torch.cat([p.grad.reshape(-1) for p in model.parameters()]).numpy()
