@@ -15,10 +15,16 @@ import torch
 from distributed import Client
 
 from dsgd_teach.cluster import start_client
-from dsgd_teach.collectives import port_is_free
+from dsgd_teach.collectives import elements_sent, port_is_free
 from dsgd_teach.live import WorkerLost
 from dsgd_teach.pipeline import PipelineConfig, reference_training, run_pipeline
 from dsgd_teach.pipeline.one_f_one_b import warmup
+from dsgd_teach.pipeline.tensor_parallel import (
+    TensorParallelConfig,
+    column_slice,
+    dense_block,
+    run_tensor_parallel,
+)
 from dsgd_teach.trace import StopRequested
 
 SMALL = PipelineConfig(depth=6, hidden=16, steps=2, batch_size=20, lr=0.2, device="cpu", timeout_s=20, seed=1)
@@ -120,3 +126,37 @@ def test_a_killed_stage_ends_the_run_with_a_clear_error() -> None:
             time.sleep(0.2)
         assert not own.run(torch.distributed.is_initialized, workers=[survivor])[survivor]
         assert own.submit(os.getpid, workers=[survivor], pure=False).result(timeout=30) == pids[survivor]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("allreduce", ["ring", "library"])
+def test_tensor_parallel_block_equals_the_dense_one(cluster4: Client, allreduce: str) -> None:
+    for n in (1, 2, 3, 4):
+        config = TensorParallelConfig(workers=n, rows=6, d_in=5, d_hidden=11, d_out=7, allreduce=allreduce,
+                                      device="cpu", seed=4)
+        result = run_tensor_parallel(config, cluster4)
+        dense = dense_block(config)
+        for r, out in enumerate(result.outputs):
+            cols = column_slice(config.d_hidden, n, r)
+            np.testing.assert_allclose(out["Y"], dense["Y"], rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(out["dX"], dense["dX"], rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(out["dA"], dense["dA"][:, cols], rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(out["dB"], dense["dB"][cols, :], rtol=1e-5, atol=1e-5)
+        if allreduce == "ring":  # one allreduce of Y forward, one of dX backward, bytes exactly as chapter 05's
+            trace = result.trace
+            for r in range(n):
+                fwd = trace[(trace.event == "forward") & (trace.worker == r)].bytes_sent.item()
+                bwd = trace[(trace.event == "backward") & (trace.worker == r)].bytes_sent.item()
+                assert fwd == 4 * elements_sent("ring", 6 * 7, n, r)
+                assert bwd == 4 * elements_sent("ring", 6 * 5, n, r)
+
+
+@pytest.mark.timeout(120)
+def test_hybrid_two_stages_by_two_replicas_equals_single_process(cluster4: Client) -> None:
+    for schedule in ("gpipe", "1f1b"):
+        config = SMALL.replace(stages=2, replicas=2, microbatches=3, schedule=schedule, steps=3)
+        result = run_pipeline(config, cluster4)
+        _assert_matches_reference(result, config)
+        assert result.summary["max_replica_divergence"] == 0.0
+        reduces = result.trace[result.trace.event == "allreduce"]
+        assert set(reduces.worker) == {0, 1, 2, 3} and len(reduces) == 4 * config.steps

@@ -18,6 +18,7 @@ from torch import nn
 from ..collectives.comm import Comm
 from ..live import WorkerContext
 from ..sgd import batch_indices
+from .hybrid import Layout, average_replicas, data_parallel_groups
 from .link import StageLink
 from .schedules import SCHEDULES
 from .stages import boundary_shapes, build_units, flat_grads, flat_params, microbatch_slices, stage_module
@@ -36,10 +37,12 @@ def _agree_to_stop(comm: Comm, stop: bool) -> bool:
 
 
 def pipeline_rank(ctx: WorkerContext, comm: Comm, config: Any) -> dict[str, Any]:
-    """Stage comm.rank of config.stages: train config.steps steps with config.schedule; returns its parameters."""
+    """One stage of one replica: train config.steps steps with config.schedule; returns its parameters."""
     from .experiment import training_data  # the data set is rebuilt from its seed on every worker
 
-    p, s, dev = comm.world, comm.rank, comm.device
+    layout = Layout(config.stages, config.replicas, comm.rank)
+    p, s, dev = config.stages, layout.stage, comm.device
+    dp_groups = data_parallel_groups(layout)
     first, last = s == 0, s == p - 1
     X_all, y_all = training_data(config)
     units = build_units(config.model, X_all.shape[1], 10, config.depth, config.hidden, config.seed)
@@ -49,9 +52,11 @@ def pipeline_rank(ctx: WorkerContext, comm: Comm, config: Any) -> dict[str, Any]
     staleness = config.stage_staleness(s)
     waiting: deque[list[torch.Tensor]] = deque()  # gradients computed but not yet applied (decoupled only)
     link = StageLink(s, dev, config.timeout_s)
+    prev, nxt = layout.peer(s - 1) if s > 0 else -1, layout.peer(s + 1) if s < p - 1 else -1
     peak, stopped = 0, False
     for step in range(config.steps):
-        idx = batch_indices(len(y_all), config.batch_size, step, config.seed)
+        batch = batch_indices(len(y_all), config.batch_size, step, config.seed)
+        idx = layout.replica_rows(batch)
         X = torch.as_tensor(X_all[idx], device=dev)
         y = torch.as_tensor(y_all[idx], device=dev)
         slices = microbatch_slices(len(idx), config.microbatches)
@@ -65,14 +70,14 @@ def pipeline_rank(ctx: WorkerContext, comm: Comm, config: Any) -> dict[str, Any]
                 if first:
                     x = X[rows]
                 else:
-                    x, wait = link.recv((n, *shapes[s]), s - 1, f"activation of microbatch {k}")
+                    x, wait = link.recv((n, *shapes[s]), prev, f"activation of microbatch {k}")
                     ctx.emit(step=step, event="idle", microbatch=k, duration=wait, t_start=ctx_now(ctx) - wait)
-                    ctx.emit(step=step, event="recv", microbatch=k, peer=s - 1, bytes_received=x.numel() * 4)
+                    ctx.emit(step=step, event="recv", microbatch=k, peer=prev, bytes_received=x.numel() * 4)
                     x.requires_grad_(True)
                 t = ctx_now(ctx)
                 out = module(x)
                 if last:  # the loss of the whole batch is the sum of the microbatches' shares
-                    out = nn.functional.cross_entropy(out, y[rows], reduction="sum") / len(idx)
+                    out = nn.functional.cross_entropy(out, y[rows], reduction="sum") / len(batch)
                     loss_sum += float(out.item())
                 _sync(dev)
                 held[k] = (x, out)
@@ -80,15 +85,15 @@ def pipeline_rank(ctx: WorkerContext, comm: Comm, config: Any) -> dict[str, Any]
                 ctx.emit(step=step, event="forward", microbatch=k, t_start=t, duration=ctx_now(ctx) - t,
                          held=len(held))
                 if not last:
-                    sent = link.send(out, s + 1, f"activation of microbatch {k}")
-                    ctx.emit(step=step, event="send", microbatch=k, peer=s + 1, bytes_sent=sent)
+                    sent = link.send(out, nxt, f"activation of microbatch {k}")
+                    ctx.emit(step=step, event="send", microbatch=k, peer=nxt, bytes_sent=sent)
             else:
                 x, out = held.pop(k)
                 grad = None
                 if not last:
-                    grad, wait = link.recv(tuple(out.shape), s + 1, f"gradient of microbatch {k}")
+                    grad, wait = link.recv(tuple(out.shape), nxt, f"gradient of microbatch {k}")
                     ctx.emit(step=step, event="idle", microbatch=k, duration=wait, t_start=ctx_now(ctx) - wait)
-                    ctx.emit(step=step, event="recv", microbatch=k, peer=s + 1, bytes_received=grad.numel() * 4)
+                    ctx.emit(step=step, event="recv", microbatch=k, peer=nxt, bytes_received=grad.numel() * 4)
                 t = ctx_now(ctx)
                 if out.requires_grad:
                     out.backward(grad)
@@ -97,11 +102,14 @@ def pipeline_rank(ctx: WorkerContext, comm: Comm, config: Any) -> dict[str, Any]
                          held=len(held))
                 if not first:
                     g = x.grad if x.grad is not None else torch.zeros_like(x)
-                    sent = link.send(g, s - 1, f"gradient of microbatch {k}")
-                    ctx.emit(step=step, event="send", microbatch=k, peer=s - 1, bytes_sent=sent)
+                    sent = link.send(g, prev, f"gradient of microbatch {k}")
+                    ctx.emit(step=step, event="send", microbatch=k, peer=prev, bytes_sent=sent)
         link.finish()
+        if dp_groups:  # hybrid: the replicas of this stage add up their gradients (and the loss)
+            loss_sum, sent = average_replicas(comm, module, dp_groups[s], loss_sum)
+            ctx.emit(step=step, event="allreduce", bytes_sent=sent, stage=s)
         applied = _update(module, waiting, staleness, config.lr)
-        if last:
+        if last and layout.replica == 0:
             ctx.emit(step=step, event="update", loss=loss_sum, version_read=step - staleness, version_applied=step + 1,
                      staleness=staleness)
         elif applied:
@@ -109,7 +117,9 @@ def pipeline_rank(ctx: WorkerContext, comm: Comm, config: Any) -> dict[str, Any]
         if _agree_to_stop(comm, ctx.should_stop()):
             stopped = True
             break
-    return {"params": flat_params(module), "grads": flat_grads(module), "peak_held": peak, "stopped": stopped,
+    for group in dp_groups:
+        dist.destroy_process_group(group)
+    return {"stage": s, "replica": layout.replica, "params": flat_params(module), "grads": flat_grads(module), "peak_held": peak, "stopped": stopped,
             "staleness": staleness}
 
 

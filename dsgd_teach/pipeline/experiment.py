@@ -28,7 +28,8 @@ SCHEDULE_NAMES = (*SCHEDULES, "decoupled")
 class PipelineConfig(Config):
     """Train a `depth`-layer MLP (or the course CNN) on digits split into `stages` stages, one per worker.
 
-    Each step's batch is cut into `microbatches` pieces run by `schedule`; "decoupled" runs GPipe's order but
+    With replicas > 1, each of `replicas` copies of the pipeline takes an equal share of the batch and the
+    copies of each stage average their gradients (hybrid parallelism). Each step's batch is cut into `microbatches` pieces run by `schedule`; "decoupled" runs GPipe's order but
     stage s applies the gradient from gradient_delay*(stages-1-s) steps ago (Huo et al., 2018).
     """
 
@@ -36,6 +37,7 @@ class PipelineConfig(Config):
     depth: int = 8
     hidden: int = 64
     stages: int = 2
+    replicas: int = 1
     microbatches: int = 4
     schedule: str = "gpipe"
     gradient_delay: int = 1
@@ -54,7 +56,10 @@ class PipelineConfig(Config):
         check_int("hidden", self.hidden, 1, 8192)
         check_int("stages", self.stages, 1, self.n_units)
         check_int("batch_size", self.batch_size, 1, 100_000)
-        check_int("microbatches", self.microbatches, 1, min(256, self.batch_size))
+        if self.stages * self.replicas > 16:
+            raise ValueError(f"stages * replicas must be at most 16 workers, got {self.stages} * {self.replicas}")
+        check_int("replicas", self.replicas, 1, 4)
+        check_int("microbatches", self.microbatches, 1, min(256, self.batch_size // self.replicas))
         check_choice("schedule", self.schedule, SCHEDULE_NAMES)
         check_int("gradient_delay", self.gradient_delay, 0, 16)
         check_int("steps", self.steps, 1, 1_000_000)
@@ -128,11 +133,12 @@ def run_pipeline(config: PipelineConfig, client: Client, on_update: OnUpdate | N
     """Train with config.schedule on config.stages workers; params are the stages' parameters joined in order."""
     t0 = time.perf_counter()
     recorder = TraceRecorder(on_update)
-    spec = plan_group(client, config.stages, config.device, config.timeout_s)
-    outs, stopped = run_in_group(client, spec, pipeline_rank, [(config,)] * config.stages, recorder,
-                                 config.run_timeout_s)
+    world = config.stages * config.replicas
+    spec = plan_group(client, world, config.device, config.timeout_s)
+    outs, stopped = run_in_group(client, spec, pipeline_rank, [(config,)] * world, recorder, config.run_timeout_s)
     trace = recorder.frame()
-    done = [o for o in outs if o is not None]
+    every = [o for o in outs if o is not None]
+    done = [o for o in every if o["replica"] == 0]
     stopped = stopped or any(o["stopped"] for o in done)
     updates = trace[trace.event == "update"].sort_values("step")
     bubble = measured_bubble(trace)
@@ -148,6 +154,8 @@ def run_pipeline(config: PipelineConfig, client: Client, on_update: OnUpdate | N
         "bubble": float(steady.bubble.median()) if len(steady) else float("nan"),
         "ideal_bubble": ideal_bubble(config.stages, config.microbatches, schedule),
         "max_held": int(max((o["peak_held"] for o in done), default=0)),
+        "max_replica_divergence": max((float(np.max(np.abs(o["params"] - done[o["stage"]]["params"]), initial=0.0))
+                                       for o in every if len(done) == config.stages), default=0.0),
     }
     result = Result(config, trace, summary, None, stopped)
     if len(done) == config.stages:
@@ -155,3 +163,14 @@ def run_pipeline(config: PipelineConfig, client: Client, on_update: OnUpdate | N
         result.grads = np.concatenate([o["grads"] for o in done])  # type: ignore[attr-defined]
     result.peak_held = [o["peak_held"] for o in done]  # type: ignore[attr-defined]
     return result
+
+
+def sweep_microbatches(base: PipelineConfig, client: Client, microbatches: tuple[int, ...]) -> pd.DataFrame:
+    """Run `base` once per microbatch count; measured bubble and step time next to (p-1)/(m+p-1)."""
+    rows = []
+    for m in microbatches:
+        result = run_pipeline(base.replace(microbatches=m), client)
+        rows.append({"stages": base.stages, "microbatches": m, "schedule": base.schedule,
+                     "bubble": result.summary["bubble"], "ideal_bubble": result.summary["ideal_bubble"],
+                     "step_s": result.summary["median_step_s"], "max_held": result.summary["max_held"]})
+    return pd.DataFrame(rows)
