@@ -56,9 +56,9 @@ class PipelineConfig(Config):
         check_int("hidden", self.hidden, 1, 8192)
         check_int("stages", self.stages, 1, self.n_units)
         check_int("batch_size", self.batch_size, 1, 100_000)
+        check_int("replicas", self.replicas, 1, 4)
         if self.stages * self.replicas > 16:
             raise ValueError(f"stages * replicas must be at most 16 workers, got {self.stages} * {self.replicas}")
-        check_int("replicas", self.replicas, 1, 4)
         check_int("microbatches", self.microbatches, 1, min(256, self.batch_size // self.replicas))
         check_choice("schedule", self.schedule, SCHEDULE_NAMES)
         check_int("gradient_delay", self.gradient_delay, 0, 16)
