@@ -55,3 +55,23 @@ def test_calibrated_from_the_cluster(client) -> None:  # noqa: ANN001
                                       rel=1e-6)
     big = run_pipeline_simulated(simulated_from(config, costs, stages=64, microbatches=256, schedule="1f1b"))
     assert big.summary["max_held"] == 64
+
+
+def test_plots_draw_what_the_trace_holds() -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from dsgd_teach.pipeline import plot_bubble, plot_held, plot_timeline
+
+    runs = {s: run_pipeline_simulated(PipelineSimConfig(stages=3, microbatches=5, schedule=s)) for s in ("gpipe", "1f1b")}
+    fig, axes = plt.subplots(1, 3)
+    plot_timeline(axes[0], runs["gpipe"].trace, step=0)
+    assert len(axes[0].collections) == 2 * 3 * 5  # one bar per forward and backward of every stage
+    plot_held(axes[1], runs)
+    heights = [bar.get_height() for bar in axes[1].patches]
+    assert heights == [5, 5, 5, 3, 2, 1]
+    plot_bubble(axes[2], bubble_table(PipelineSimConfig(link_s=0.0), (2,), (1, 4)))
+    assert len(axes[2].get_lines()) == 2
+    plt.close(fig)

@@ -68,6 +68,9 @@ def plot_held(ax: Axes, results: dict[str, Any]) -> None:
     for i, name in enumerate(names):
         held = held_over_time(results[name].trace).groupby("worker").held.max()
         ax.bar(held.index + i * width, held.to_numpy(), width, label=name)
+        stages = held.index
+    if names:
+        ax.set_xticks(stages + width * (len(names) - 1) / 2, [str(s) for s in stages])
     ax.set_xlabel("stage")
     ax.set_ylabel("activations held (microbatches)")
     ax.legend(fontsize=7)
