@@ -160,3 +160,24 @@ def test_hybrid_two_stages_by_two_replicas_equals_single_process(cluster4: Clien
         assert result.summary["max_replica_divergence"] == 0.0
         reduces = result.trace[result.trace.event == "allreduce"]
         assert set(reduces.worker) == {0, 1, 2, 3} and len(reduces) == 4 * config.steps
+
+
+@pytest.mark.timeout(120)
+def test_panel_runs_a_pipeline_and_draws_its_timeline(cluster4: Client) -> None:
+    import ipywidgets as widgets
+
+    from dsgd_teach.panel import ExperimentPanel
+    from dsgd_teach.pipeline import plot_pipeline_live
+
+    panel = ExperimentPanel(
+        cluster4, run_pipeline, SMALL.replace(steps=4),
+        controls={"stages": widgets.IntSlider(value=3, min=1, max=4),
+                  "schedule": widgets.Dropdown(options=["naive", "gpipe", "1f1b", "decoupled"], value="1f1b"),
+                  "gradient_delay": widgets.IntSlider(value=1, min=0, max=4)},
+        plot=plot_pipeline_live, resize_cluster=False,
+    )
+    panel.start()
+    result = panel.wait(100)
+    assert panel.error is None, panel.error
+    assert result.config.stages == 3 and result.config.schedule == "1f1b"
+    assert len(panel.figure.axes) == 2 and len(panel.figure.axes[0].collections) > 0  # the timeline was drawn

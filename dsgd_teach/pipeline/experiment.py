@@ -72,6 +72,11 @@ class PipelineConfig(Config):
         check_float("run_timeout_s", self.run_timeout_s, 0.0, 86400.0, lo_open=True)
 
     @property
+    def world(self) -> int:
+        """Workers the run needs: one per stage of every replica."""
+        return self.stages * self.replicas
+
+    @property
     def n_units(self) -> int:
         """How many units the model has: the most stages it can be split into."""
         return 4 if self.model == "cnn" else self.depth

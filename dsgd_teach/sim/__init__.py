@@ -8,7 +8,7 @@ from ..experiments import Experiment
 from .calibrate import calibrate, fit_machine, real_runs
 from .config import MAX_SIM_WORKERS, SimConfig, from_config
 from .network import AlphaBetaNet, ring_closed_form
-from .pipeline import PipelineSimConfig, run_pipeline_simulated
+from .pipeline import PipelineSimConfig, plot_simulated_pipeline, run_pipeline_simulated
 from .plots import (
     plot_allreduce_vs_workers,
     plot_calibration,
@@ -48,7 +48,7 @@ EXPERIMENTS = {
     "pipeline-simulated": Experiment(
         "pipeline-simulated", PipelineSimConfig, run_pipeline_simulated,
         "one step of a naive, GPipe or 1F1B pipeline for up to 64 stages and 256 microbatches (no cluster needed)",
-        None,
+        plot_simulated_pipeline,
         needs_cluster=False,
     ),
 }

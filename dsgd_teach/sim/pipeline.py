@@ -128,3 +128,16 @@ def bubble_table(base: PipelineSimConfig, stages: tuple[int, ...], microbatches:
     return pd.DataFrame(rows)
 
 
+
+
+def plot_simulated_pipeline(result: Result) -> Any:
+    """Figure for the CLI: the simulated step's timeline (one row per stage)."""
+    import matplotlib.pyplot as plt
+
+    from ..pipeline.plots import plot_timeline
+
+    p = result.config.stages
+    fig, ax = plt.subplots(figsize=(10, 1.0 + 0.3 * min(p, 64)))
+    plot_timeline(ax, result.trace, step=0, label=p * result.config.microbatches <= 256)
+    fig.tight_layout()
+    return fig
