@@ -8,6 +8,7 @@ from ..experiments import Experiment
 from .calibrate import calibrate, fit_machine, real_runs
 from .config import MAX_SIM_WORKERS, SimConfig, from_config
 from .network import AlphaBetaNet, ring_closed_form
+from .pipeline import PipelineSimConfig, plot_simulated_pipeline, run_pipeline_simulated
 from .plots import (
     plot_allreduce_vs_workers,
     plot_calibration,
@@ -42,6 +43,12 @@ EXPERIMENTS = {
         "simulated", SimConfig, run_simulated,
         "discrete-event simulation of sync/async SGD or an allreduce, up to 1000 workers (no cluster needed)",
         plot_result,
+        needs_cluster=False,
+    ),
+    "pipeline-simulated": Experiment(
+        "pipeline-simulated", PipelineSimConfig, run_pipeline_simulated,
+        "one step of a naive, GPipe or 1F1B pipeline for up to 64 stages and 256 microbatches (no cluster needed)",
+        plot_simulated_pipeline,
         needs_cluster=False,
     ),
 }

@@ -1,0 +1,52 @@
+"""Benchmark for chapter 07: GPipe's step time against the naive schedule, p = 2 stages, m = 8 microbatches.
+
+Both schedules train the same model on the same batches in the same cluster, interleaved (naive, GPipe, naive,
+GPipe, ...) so machine noise hits both alike. Quoted: gpipe_over_naive_step_ratio (goal >= 1.5; ideal
+2m/(m+1) = 1.78 when the two stages run on cores of their own) and the measured GPipe bubble against
+(p-1)/(m+p-1) = 1/9 (goal: within 15 %).
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import torch
+
+from ..cluster import start_client
+from ..pipeline import PipelineConfig, run_pipeline
+
+CONFIG = PipelineConfig(stages=2, microbatches=8, depth=8, hidden=512, batch_size=512, steps=6, lr=0.01,
+                        device="cpu", timeout_s=60)
+
+
+def _measure(device: str, rounds: int = 3) -> dict[str, float]:
+    """Median step time of naive and GPipe over `rounds` interleaved runs, and GPipe's median bubble."""
+    steps: dict[str, list[float]] = {"naive": [], "gpipe": []}
+    bubbles: list[float] = []
+    with start_client(2, quiet=True, use_gpu=device == "cuda") as client:
+        for _ in range(rounds):
+            for schedule in ("naive", "gpipe"):
+                result = run_pipeline(CONFIG.replace(schedule=schedule, device=device), client)
+                steps[schedule].append(result.summary["median_step_s"])
+                if schedule == "gpipe":
+                    bubbles.append(result.summary["bubble"])
+                    ideal = result.summary["ideal_bubble"]
+    naive, gpipe, bubble = statistics.median(steps["naive"]), statistics.median(steps["gpipe"]), statistics.median(bubbles)
+    return {"naive_step_s": round(naive, 4), "gpipe_step_s": round(gpipe, 4),
+            "gpipe_over_naive_step_ratio": round(naive / gpipe, 3),
+            "gpipe_bubble": round(bubble, 4), "ideal_bubble": round(ideal, 4),
+            "gpipe_bubble_over_ideal_ratio": round(bubble / ideal, 3)}
+
+
+def measure() -> dict[str, float | str]:
+    """CPU (gloo) always; CUDA (NCCL) too when the machine has a GPU for each of the two stages."""
+    figures: dict[str, float | str] = {f"cpu_{k}": v for k, v in _measure("cpu").items()}
+    if torch.cuda.device_count() >= 2:
+        figures.update({f"cuda_{k}": v for k, v in _measure("cuda").items()})
+    else:
+        figures["cuda"] = "not measured: fewer than two GPUs"
+    return figures
+
+
+if __name__ == "__main__":
+    print(measure())

@@ -1,0 +1,181 @@
+"""The pipeline experiment: config, run on the live cluster (one stage per worker), and the single-process oracle."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from distributed import Client
+from torch import nn
+
+from ..collectives.group import DEVICES, plan_group, run_in_group
+from ..config import Config, check_choice, check_float, check_int
+from ..problem import ProblemSpec, get_problem
+from ..sgd import batch_indices
+from ..trace import OnUpdate, Result, TraceRecorder
+from .engine import pipeline_rank
+from .schedules import SCHEDULES, ideal_bubble
+from .stages import PIPELINE_MODELS, build_units, stage_bounds
+
+SCHEDULE_NAMES = (*SCHEDULES, "decoupled")
+
+
+@dataclass(frozen=True)
+class PipelineConfig(Config):
+    """Train a `depth`-layer MLP (or the course CNN) on digits split into `stages` stages, one per worker.
+
+    With replicas > 1, each of `replicas` copies of the pipeline takes an equal share of the batch and the
+    copies of each stage average their gradients (hybrid parallelism). Each step's batch is cut into `microbatches` pieces run by `schedule`; "decoupled" runs GPipe's order but
+    stage s applies the gradient from gradient_delay*(stages-1-s) steps ago (Huo et al., 2018).
+    """
+
+    model: str = "mlp"
+    depth: int = 8
+    hidden: int = 64
+    stages: int = 2
+    replicas: int = 1
+    microbatches: int = 4
+    schedule: str = "gpipe"
+    gradient_delay: int = 1
+    steps: int = 30
+    batch_size: int = 64
+    lr: float = 0.1
+    seed: int = 0
+    n_samples: int | None = None
+    device: str = "auto"
+    timeout_s: float = 20.0
+    run_timeout_s: float = 600.0
+
+    def validate(self) -> None:
+        check_choice("model", self.model, PIPELINE_MODELS)
+        check_int("depth", self.depth, 1, 64)
+        check_int("hidden", self.hidden, 1, 8192)
+        check_int("stages", self.stages, 1, self.n_units)
+        check_int("batch_size", self.batch_size, 1, 100_000)
+        check_int("replicas", self.replicas, 1, 4)
+        if self.stages * self.replicas > 16:
+            raise ValueError(f"stages * replicas must be at most 16 workers, got {self.stages} * {self.replicas}")
+        check_int("microbatches", self.microbatches, 1, min(256, self.batch_size // self.replicas))
+        check_choice("schedule", self.schedule, SCHEDULE_NAMES)
+        check_int("gradient_delay", self.gradient_delay, 0, 16)
+        check_int("steps", self.steps, 1, 1_000_000)
+        check_float("lr", self.lr, 0.0, 100.0, lo_open=True)
+        check_int("seed", self.seed, 0, 2**31 - 1)
+        if self.n_samples is not None:
+            check_int("n_samples", self.n_samples, 10, 1_000_000)
+        check_choice("device", self.device, DEVICES)
+        check_float("timeout_s", self.timeout_s, 0.0, 3600.0, lo_open=True)
+        check_float("run_timeout_s", self.run_timeout_s, 0.0, 86400.0, lo_open=True)
+
+    @property
+    def world(self) -> int:
+        """Workers the run needs: one per stage of every replica."""
+        return self.stages * self.replicas
+
+    @property
+    def n_units(self) -> int:
+        """How many units the model has: the most stages it can be split into."""
+        return 4 if self.model == "cnn" else self.depth
+
+    def stage_staleness(self, stage: int) -> int:
+        """Steps between computing and applying a gradient at `stage` (0 except for the decoupled schedule)."""
+        return self.gradient_delay * (self.stages - 1 - stage) if self.schedule == "decoupled" else 0
+
+
+def training_data(config: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Digits training rows (float32) and labels, rebuilt from the seed in whichever process asks."""
+    train = get_problem(ProblemSpec("digits", "logreg", config.seed, config.n_samples)).train
+    return np.asarray(train.X, dtype=np.float32), np.asarray(train.y, dtype=np.int64)
+
+
+def reference_training(config: PipelineConfig) -> tuple[np.ndarray, np.ndarray, list[float]]:
+    """The oracle: the whole model in one process, whole batches, same SGD (and the same per-stage delays).
+
+    Returns (final parameters, last step's gradient, loss per step), flat in stage order.
+    """
+    X_all, y_all = training_data(config)
+    units = build_units(config.model, X_all.shape[1], 10, config.depth, config.hidden, config.seed)
+    model = nn.Sequential(*units)
+    bounds = stage_bounds(len(units), config.stages)
+    groups = [[p for u in units[a:b] for p in u.parameters()] for a, b in bounds]
+    waiting: list[list[list[torch.Tensor]]] = [[] for _ in bounds]
+    losses = []
+    for step in range(config.steps):
+        idx = batch_indices(len(y_all), config.batch_size, step, config.seed)
+        model.zero_grad(set_to_none=True)
+        loss = nn.functional.cross_entropy(model(torch.as_tensor(X_all[idx])), torch.as_tensor(y_all[idx]))
+        loss.backward()
+        losses.append(float(loss.item()))
+        with torch.no_grad():
+            for s, params in enumerate(groups):
+                waiting[s].append([p.grad.clone() for p in params])
+                if len(waiting[s]) > config.stage_staleness(s):
+                    for p, g in zip(params, waiting[s].pop(0), strict=True):
+                        p -= config.lr * g
+    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy()
+    grads = torch.cat([p.grad.reshape(-1) for p in model.parameters()]).numpy()
+    return flat, grads, losses
+
+
+def measured_bubble(trace: pd.DataFrame) -> pd.DataFrame:
+    """Per step: span from the first action's start to the last's end, busy time, and the idle fraction."""
+    work = trace[trace.event.isin(["forward", "backward"])]
+    if not len(work):
+        return pd.DataFrame(columns=["step", "span_s", "busy_s", "bubble"])
+    end = work.t_start + work.duration
+    g = work.assign(end=end).groupby("step")
+    stages = work.worker.nunique()
+    out = pd.DataFrame({"span_s": g.end.max() - g.t_start.min(), "busy_s": g.duration.sum()}).reset_index()
+    out["bubble"] = 1.0 - out.busy_s / (stages * out.span_s)
+    return out
+
+
+def run_pipeline(config: PipelineConfig, client: Client, on_update: OnUpdate | None = None) -> Result:
+    """Train with config.schedule on config.stages workers; params are the stages' parameters joined in order."""
+    t0 = time.perf_counter()
+    recorder = TraceRecorder(on_update)
+    world = config.stages * config.replicas
+    spec = plan_group(client, world, config.device, config.timeout_s)
+    outs, stopped = run_in_group(client, spec, pipeline_rank, [(config,)] * world, recorder, config.run_timeout_s)
+    trace = recorder.frame()
+    every = [o for o in outs if o is not None]
+    done = [o for o in every if o["replica"] == 0]
+    stopped = stopped or any(o["stopped"] for o in done)
+    updates = trace[trace.event == "update"].sort_values("step")
+    bubble = measured_bubble(trace)
+    steady = bubble[bubble.step > 0] if len(bubble) > 1 else bubble  # step 0 pays for warming up
+    schedule = "gpipe" if config.schedule == "decoupled" else config.schedule
+    summary: dict[str, Any] = {
+        "wall_s": time.perf_counter() - t0,
+        "steps": len(updates),
+        "backend": spec.backend,
+        "port": spec.port,
+        "final_loss": float(updates.loss.iloc[-1]) if len(updates) else float("nan"),
+        "median_step_s": float(steady.span_s.median()) if len(steady) else float("nan"),
+        "bubble": float(steady.bubble.median()) if len(steady) else float("nan"),
+        "ideal_bubble": ideal_bubble(config.stages, config.microbatches, schedule),
+        "max_held": int(max((o["peak_held"] for o in done), default=0)),
+        "max_replica_divergence": max((float(np.max(np.abs(o["params"] - done[o["stage"]]["params"]), initial=0.0))
+                                       for o in every if len(done) == config.stages), default=0.0),
+    }
+    result = Result(config, trace, summary, None, stopped)
+    if len(done) == config.stages:
+        result.params = np.concatenate([o["params"] for o in done])
+        result.grads = np.concatenate([o["grads"] for o in done])  # type: ignore[attr-defined]
+    result.peak_held = [o["peak_held"] for o in done]  # type: ignore[attr-defined]
+    return result
+
+
+def sweep_microbatches(base: PipelineConfig, client: Client, microbatches: tuple[int, ...]) -> pd.DataFrame:
+    """Run `base` once per microbatch count; measured bubble and step time next to (p-1)/(m+p-1)."""
+    rows = []
+    for m in microbatches:
+        result = run_pipeline(base.replace(microbatches=m), client)
+        rows.append({"stages": base.stages, "microbatches": m, "schedule": base.schedule,
+                     "bubble": result.summary["bubble"], "ideal_bubble": result.summary["ideal_bubble"],
+                     "step_s": result.summary["median_step_s"], "max_held": result.summary["max_held"]})
+    return pd.DataFrame(rows)

@@ -1,0 +1,31 @@
+"""The schedules by name, and what can be said about any of them without running it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from . import gpipe, naive, one_f_one_b
+
+Action = tuple[str, int]
+
+SCHEDULES: dict[str, Callable[[int, int, int], list[Action]]] = {
+    "naive": naive.schedule,
+    "gpipe": gpipe.schedule,
+    "1f1b": one_f_one_b.schedule,
+}
+
+
+def peak_held(actions: list[Action]) -> int:
+    """Most microbatches whose activations a stage holds at once (a forward adds one, a backward frees one)."""
+    held = peak = 0
+    for kind, _ in actions:
+        held += 1 if kind == "F" else -1
+        peak = max(peak, held)
+    return peak
+
+
+def ideal_bubble(stages: int, microbatches: int, schedule: str = "gpipe") -> float:
+    """Idle fraction of each stage when all stages take equal time and messages are free."""
+    if schedule == "naive":
+        return (stages - 1) / stages
+    return (stages - 1) / (microbatches + stages - 1)

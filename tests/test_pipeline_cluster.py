@@ -1,0 +1,183 @@
+"""Chapter 07 on a live cluster: every schedule trains exactly like one process, holds what it claims, never hangs.
+
+One four-worker cluster serves the module; each run forms its own process group of `stages` ranks.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+import torch
+from distributed import Client
+
+from dsgd_teach.cluster import start_client
+from dsgd_teach.collectives import elements_sent, port_is_free
+from dsgd_teach.live import WorkerLost
+from dsgd_teach.pipeline import PipelineConfig, reference_training, run_pipeline
+from dsgd_teach.pipeline.one_f_one_b import warmup
+from dsgd_teach.pipeline.tensor_parallel import (
+    TensorParallelConfig,
+    column_slice,
+    dense_block,
+    run_tensor_parallel,
+)
+from dsgd_teach.trace import StopRequested
+
+SMALL = PipelineConfig(depth=6, hidden=16, steps=2, batch_size=20, lr=0.2, device="cpu", timeout_s=20, seed=1)
+
+
+@pytest.fixture(scope="module")
+def cluster4():
+    """Four workers grown from two, as the other four-rank chapters' tests do."""
+    with start_client(2, quiet=True, use_gpu=False) as c:
+        c.resize(4)
+        yield c
+
+
+def _assert_matches_reference(result, config: PipelineConfig) -> None:  # noqa: ANN001
+    params, grads, losses = reference_training(config)
+    tag = f"{config.schedule} p={config.stages} m={config.microbatches}"
+    np.testing.assert_allclose(result.params, params, rtol=1e-5, atol=1e-6, err_msg=f"params {tag}")
+    np.testing.assert_allclose(result.grads, grads, rtol=1e-5, atol=1e-6, err_msg=f"grads {tag}")
+    curve = result.trace[result.trace.event == "update"].sort_values("step").loss.to_numpy()
+    np.testing.assert_allclose(curve, losses, rtol=1e-5, atol=1e-6, err_msg=f"loss {tag}")
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("schedule", ["naive", "gpipe", "1f1b"])
+def test_every_schedule_equals_single_process_training(cluster4: Client, schedule: str) -> None:
+    for p in (1, 2, 3, 4):
+        for m in range(1, 9):  # m < p, m = p, m not a multiple of p, m a multiple of p
+            config = SMALL.replace(stages=p, microbatches=m, schedule=schedule)
+            result = run_pipeline(config, cluster4)
+            assert not result.stopped and result.summary["backend"] == "gloo"
+            _assert_matches_reference(result, config)
+            held = result.trace[result.trace.event.isin(["forward", "backward"])].groupby("worker").held.max()
+            assert list(held.index) == list(range(p))
+            for s in range(p):  # activations held per stage, counted in the trace
+                want = {"naive": 1, "gpipe": m, "1f1b": min(warmup(p, m, s) + 1, m)}[schedule]
+                assert held[s] == want == result.peak_held[s], (schedule, p, m, s)
+            if schedule == "1f1b":
+                assert held.max() <= p
+
+
+@pytest.mark.timeout(120)
+def test_the_course_cnn_splits_into_four_stages(cluster4: Client) -> None:
+    config = SMALL.replace(model="cnn", stages=4, microbatches=5, schedule="1f1b", steps=3)
+    result = run_pipeline(config, cluster4)
+    _assert_matches_reference(result, config)
+    sends = result.trace[result.trace.event == "send"]
+    assert set(sends.worker) == {0, 1, 2, 3} and (sends.bytes_sent > 0).all()
+
+
+@pytest.mark.timeout(180)
+def test_decoupled_with_delay_zero_is_the_exact_pipeline(cluster4: Client) -> None:
+    exact = run_pipeline(SMALL.replace(stages=3, microbatches=4, steps=6), cluster4)
+    zero = run_pipeline(SMALL.replace(stages=3, microbatches=4, steps=6, schedule="decoupled", gradient_delay=0),
+                        cluster4)
+    np.testing.assert_allclose(zero.params, exact.params, rtol=1e-6, atol=1e-7)
+    delayed_cfg = SMALL.replace(stages=3, microbatches=4, steps=6, schedule="decoupled", gradient_delay=1)
+    delayed = run_pipeline(delayed_cfg, cluster4)
+    _assert_matches_reference(delayed, delayed_cfg)  # stage s applies the gradient of step t-(2-s)
+    assert np.abs(delayed.params - exact.params).max() > 1e-4  # and that is a different trajectory
+    updates = delayed.trace[delayed.trace.event.isin(["update", "stage_update"])]
+    assert set(updates.groupby("worker").staleness.first()) == {2, 1, 0}
+
+
+@pytest.mark.timeout(120)
+def test_group_port_and_stop_are_released(cluster4: Client) -> None:
+    result = run_pipeline(SMALL.replace(stages=3, microbatches=3), cluster4)
+    port = result.summary["port"]
+    assert port_is_free("127.0.0.1", port)
+    assert not any(cluster4.run(torch.distributed.is_initialized).values())
+
+    def stop_after_first_update(event: dict) -> None:
+        if event["event"] == "update":
+            raise StopRequested
+
+    stopped = run_pipeline(SMALL.replace(stages=2, steps=500), cluster4, on_update=stop_after_first_update)
+    assert stopped.stopped and stopped.summary["steps"] < 500
+    assert not any(cluster4.run(torch.distributed.is_initialized).values())
+
+
+@pytest.mark.timeout(180)
+def test_a_killed_stage_ends_the_run_with_a_clear_error() -> None:
+    with start_client(2, quiet=True, use_gpu=False) as own:
+        survivor, doomed = sorted(own.scheduler_info()["workers"])
+        pids = own.run(os.getpid)
+        killed: list[float] = []
+
+        def kill_stage1(event: dict) -> None:
+            if not killed and event.get("worker") == 1 and event["event"] == "forward":
+                killed.append(time.monotonic())
+                os.kill(pids[doomed], signal.SIGKILL)
+
+        config = SMALL.replace(stages=2, steps=100_000, timeout_s=5.0)
+        with pytest.raises(WorkerLost, match="rank 1"):
+            run_pipeline(config, own, on_update=kill_stage1)
+        assert killed and time.monotonic() - killed[0] < 10  # noticed within seconds
+        # stage 0's receive failed loudly within its timeout, and it left its process group
+        deadline = time.monotonic() + 30
+        while own.run(torch.distributed.is_initialized, workers=[survivor])[survivor] and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not own.run(torch.distributed.is_initialized, workers=[survivor])[survivor]
+        assert own.submit(os.getpid, workers=[survivor], pure=False).result(timeout=30) == pids[survivor]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("allreduce", ["ring", "library"])
+def test_tensor_parallel_block_equals_the_dense_one(cluster4: Client, allreduce: str) -> None:
+    for n in (1, 2, 3, 4):
+        config = TensorParallelConfig(workers=n, rows=6, d_in=5, d_hidden=11, d_out=7, allreduce=allreduce,
+                                      device="cpu", seed=4)
+        result = run_tensor_parallel(config, cluster4)
+        dense = dense_block(config)
+        for r, out in enumerate(result.outputs):
+            cols = column_slice(config.d_hidden, n, r)
+            np.testing.assert_allclose(out["Y"], dense["Y"], rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(out["dX"], dense["dX"], rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(out["dA"], dense["dA"][:, cols], rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(out["dB"], dense["dB"][cols, :], rtol=1e-5, atol=1e-5)
+        if allreduce == "ring":  # one allreduce of Y forward, one of dX backward, bytes exactly as chapter 05's
+            trace = result.trace
+            for r in range(n):
+                fwd = trace[(trace.event == "forward") & (trace.worker == r)].bytes_sent.item()
+                bwd = trace[(trace.event == "backward") & (trace.worker == r)].bytes_sent.item()
+                assert fwd == 4 * elements_sent("ring", 6 * 7, n, r)
+                assert bwd == 4 * elements_sent("ring", 6 * 5, n, r)
+
+
+@pytest.mark.timeout(120)
+def test_hybrid_two_stages_by_two_replicas_equals_single_process(cluster4: Client) -> None:
+    for schedule in ("gpipe", "1f1b"):
+        config = SMALL.replace(stages=2, replicas=2, microbatches=3, schedule=schedule, steps=3)
+        result = run_pipeline(config, cluster4)
+        _assert_matches_reference(result, config)
+        assert result.summary["max_replica_divergence"] == 0.0
+        reduces = result.trace[result.trace.event == "allreduce"]
+        assert set(reduces.worker) == {0, 1, 2, 3} and len(reduces) == 4 * config.steps
+
+
+@pytest.mark.timeout(120)
+def test_panel_runs_a_pipeline_and_draws_its_timeline(cluster4: Client) -> None:
+    import ipywidgets as widgets
+
+    from dsgd_teach.panel import ExperimentPanel
+    from dsgd_teach.pipeline import plot_pipeline_live
+
+    panel = ExperimentPanel(
+        cluster4, run_pipeline, SMALL.replace(steps=4),
+        controls={"stages": widgets.IntSlider(value=3, min=1, max=4),
+                  "schedule": widgets.Dropdown(options=["naive", "gpipe", "1f1b", "decoupled"], value="1f1b"),
+                  "gradient_delay": widgets.IntSlider(value=1, min=0, max=4)},
+        plot=plot_pipeline_live, resize_cluster=False,
+    )
+    panel.start()
+    result = panel.wait(100)
+    assert panel.error is None, panel.error
+    assert result.config.stages == 3 and result.config.schedule == "1f1b"
+    assert len(panel.figure.axes) == 2 and len(panel.figure.axes[0].collections) > 0  # the timeline was drawn

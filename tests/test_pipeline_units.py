@@ -1,0 +1,78 @@
+"""Chapter 07 without a cluster: schedules, splits, the bubble formula, config validation, bounded waits."""
+
+from __future__ import annotations
+
+import datetime
+
+import pytest
+import torch
+
+from dsgd_teach.pipeline import (
+    SCHEDULES,
+    PipelineConfig,
+    ideal_bubble,
+    microbatch_slices,
+    peak_held,
+    stage_bounds,
+)
+from dsgd_teach.pipeline.link import StageLink
+
+
+@pytest.mark.parametrize("name", list(SCHEDULES))
+def test_every_schedule_runs_each_microbatch_forward_then_backward_once(name: str) -> None:
+    for p in range(1, 9):
+        for m in range(1, 17):
+            for s in range(p):
+                actions = SCHEDULES[name](p, m, s)
+                assert sorted(actions) == sorted([("F", k) for k in range(m)] + [("B", k) for k in range(m)])
+                for k in range(m):
+                    assert actions.index(("F", k)) < actions.index(("B", k))
+                want = {"naive": 1, "gpipe": m, "1f1b": min(p - s, m)}[name]
+                assert peak_held(actions) == want
+
+
+def test_1f1b_order_on_a_four_stage_pipeline() -> None:
+    assert SCHEDULES["1f1b"](4, 6, 1) == [("F", 0), ("F", 1), ("F", 2), ("B", 0), ("F", 3), ("B", 1), ("F", 4),
+                                          ("B", 2), ("F", 5), ("B", 3), ("B", 4), ("B", 5)]
+    assert SCHEDULES["1f1b"](4, 6, 3)[:4] == [("F", 0), ("B", 0), ("F", 1), ("B", 1)]
+
+
+def test_splits_and_bubble_formula() -> None:
+    assert stage_bounds(8, 3) == [(0, 3), (3, 6), (6, 8)]
+    assert [s.stop - s.start for s in microbatch_slices(20, 8)] == [3, 3, 3, 3, 2, 2, 2, 2]
+    assert ideal_bubble(2, 8) == pytest.approx(1 / 9)
+    assert ideal_bubble(4, 1) == pytest.approx(3 / 4) == ideal_bubble(4, 8, "naive")
+
+
+@pytest.mark.parametrize(("field", "value", "match"), [
+    ("stages", 9, r"stages must be an integer in \[1, 8\]"),
+    ("microbatches", 65, r"microbatches must be an integer in \[1, 64\]"),
+    ("schedule", "zigzag", "schedule must be one of"),
+    ("gradient_delay", -1, "gradient_delay"),
+    ("model", "resnet", "model must be one of"),
+])
+def test_bad_config_names_the_field(field: str, value: object, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        PipelineConfig(**{field: value})
+    assert PipelineConfig(model="cnn", stages=4).n_units == 4
+    with pytest.raises(ValueError, match="stages"):
+        PipelineConfig(model="cnn", stages=5)
+
+
+class _Work:
+    def __init__(self, outcome: object) -> None:
+        self.outcome = outcome
+
+    def wait(self, timeout: datetime.timedelta) -> bool:
+        if isinstance(self.outcome, Exception):
+            raise self.outcome
+        return bool(self.outcome)
+
+
+def test_a_wait_that_times_out_fails_loudly() -> None:
+    link = StageLink(1, torch.device("cpu"), 0.5)
+    with pytest.raises(TimeoutError, match="stage 1: receive of x from stage 0 did not complete within 0.5 s"):
+        link._wait(_Work(False), "receive of x from stage 0")
+    with pytest.raises(TimeoutError, match="stage 1: .*neighbouring stage dead.*Connection closed"):
+        link._wait(_Work(RuntimeError("Connection closed by peer")), "receive of x from stage 0")
+    link._wait(_Work(True), "fine")
