@@ -118,3 +118,25 @@ def test_fedavg_samples_a_fraction_and_traces_drift_and_dropouts(client):
     assert result.summary["clients_lost"] == len(lost)
     rows = describe(config.problem, config.clients, config.partition, config.size_skew)
     assert sum(r["rows"] for r in rows) == get_problem(config.problem).train.n_samples
+
+
+def test_easgd_one_exchange_moves_worker_and_center_towards_each_other(client):
+    from dsgd_teach.averaging import EASGDConfig, run_easgd
+
+    config = EASGDConfig(workers=1, steps=6, sync_every=6, alpha=0.25, batch_size=16, lr=0.3, seed=5)
+    result = run_easgd(config, client)
+    x_t = sgd_steps(config.problem, config.lr, config.batch_size, config.steps, config.seed)
+    c0 = get_problem(config.problem).init_params
+    np.testing.assert_allclose(result.params, c0 + config.alpha * (x_t - c0), rtol=1e-5, atol=1e-6)
+    elastic = result.trace[result.trace.event == "elastic"]
+    assert len(elastic) == 1 and elastic.bytes_sent.iloc[0] == 2 * c0.nbytes
+    np.testing.assert_allclose(elastic.spread.iloc[0], np.linalg.norm(x_t - c0), rtol=1e-5)
+
+
+def test_easgd_two_workers_train_the_center(client):
+    from dsgd_teach.averaging import EASGDConfig, run_easgd
+
+    result = run_easgd(EASGDConfig(workers=2, steps=60, sync_every=4, alpha=0.2), client)
+    elastic = result.trace[result.trace.event == "elastic"]
+    assert len(elastic) == 2 * 15
+    assert result.summary["final_test_accuracy"] > 0.8

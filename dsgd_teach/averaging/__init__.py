@@ -2,6 +2,7 @@
 
 from ..experiments import Experiment
 from .config import EASGDConfig, FedAvgConfig, LocalSGDConfig
+from .easgd import run_easgd
 from .fedavg import fed_curve, rounds_to_accuracy, run_fedavg, weighted_average
 from .local_sgd import bytes_to_accuracy, local_sgd_curve, run_local_sgd
 from .partitions import PARTITIONS, client_rows, client_sizes, describe, split_rows
@@ -19,6 +20,7 @@ __all__ = [
     "fed_curve",
     "local_sgd_curve",
     "rounds_to_accuracy",
+    "run_easgd",
     "run_fedavg",
     "run_local_sgd",
     "split_rows",
@@ -28,6 +30,8 @@ __all__ = [
 EXPERIMENTS = {
     "local-sgd": Experiment("local-sgd", LocalSGDConfig, run_local_sgd,
                             "local SGD: H local steps per replica, then the parameters averaged by an allreduce"),
+    "easgd": Experiment("easgd", EASGDConfig, run_easgd,
+                        "elastic averaging SGD: workers and a center variable on a parameter-server actor"),
     "fedavg": Experiment("fedavg", FedAvgConfig, run_fedavg,
                          "federated averaging (or FedSGD) over IID or non-IID clients, a fraction C per round"),
 }
