@@ -138,7 +138,7 @@ def released(tmp_path_factory) -> Path:
 
 def test_release_removes_solutions_and_hidden_tests(released):
     names = sorted(find_assignments(SOURCE))
-    assert len(names) == 6
+    assert len(names) == len(list(SOURCE.glob("ps*/ps*.ipynb"))) >= 7
     for name in names:
         text = (released / name / f"{name}.ipynb").read_text()
         assert "BEGIN HIDDEN TESTS" not in text and "BEGIN SOLUTION" not in text and "NotImplementedError" in text
@@ -155,7 +155,7 @@ def test_every_solution_scores_full_marks_and_every_stub_zero(released, tmp_path
         shutil.copy(released / name / f"{name}.ipynb", subs / "stub" / name / f"{name}.ipynb")
     graded = grade_batch(subs, SOURCE, tmp_path / "out", limits=Limits(timeout_s=60, cpu_s=300), jobs=2,
                          progress=False, seed=int.from_bytes(os.urandom(3), "big"))
-    assert len(graded) == 12
+    assert len(graded) == 2 * len(find_assignments(SOURCE))
     for sub in graded:
         points = [g.points for g in sub.grades]
         if sub.student == "solution":

@@ -1,6 +1,6 @@
 """Client partitions for federated learning: uneven client sizes, IID or non-IID (one or two digit classes each).
 
-Every process rebuilds the same partitions from the problem's seed, so a client's data never crosses the
+Client sizes follow a linear ramp (the largest about 1 + skew times the smallest). Every process rebuilds the same partitions from the problem's seed, so a client's data never crosses the
 network: only its row indices are computed where the client runs, as on a phone that already holds its photos.
 """
 
@@ -32,18 +32,27 @@ def client_sizes(n_samples: int, clients: int, skew: float, seed: int) -> np.nda
 
 
 def split_rows(labels: np.ndarray, clients: int, partition: str, skew: float, seed: int) -> list[np.ndarray]:
-    """Row indices of each client. "iid": a random permutation cut into the client sizes. "non-iid": rows
-    sorted by label, then cut into consecutive runs, so a client smaller than a class holds one or two digits."""
+    """Row indices of each client, with uneven client sizes. "iid": a random permutation cut into the client
+    sizes. "non-iid" (McMahan et al.'s pathological split): each class is cut into pieces, and every client gets
+    two pieces drawn at random, so it holds one or two digits."""
     check_choice("partition", partition, PARTITIONS)
     rng = np.random.default_rng([seed, 11])
     n = len(labels)
-    sizes = client_sizes(n, clients, skew, seed)
     if partition == "iid":
-        order = rng.permutation(n)
-    else:
-        order = np.lexsort((rng.permutation(n), labels))  # by label, random order inside a label
-    cuts = np.cumsum(sizes)[:-1]
-    return [np.sort(part) for part in np.split(order, cuts)]
+        cuts = np.cumsum(client_sizes(n, clients, skew, seed))[:-1]
+        return [np.sort(part) for part in np.split(rng.permutation(n), cuts)]
+    classes = np.unique(labels)
+    pieces: list[np.ndarray] = []
+    per_class = np.diff(np.linspace(0, 2 * clients, len(classes) + 1).round().astype(int))
+    for c, count in zip(classes, per_class, strict=True):  # 2K pieces in all, spread over the classes
+        rows = rng.permutation(np.flatnonzero(labels == c))
+        if count:
+            sizes = client_sizes(len(rows), int(count), skew, seed + int(c))
+            pieces += np.split(rows, np.cumsum(sizes)[:-1])
+        elif pieces:
+            pieces[-1] = np.concatenate([pieces[-1], rows])
+    order = rng.permutation(len(pieces))
+    return [np.sort(np.concatenate([pieces[i] for i in order[2 * k : 2 * k + 2]])) for k in range(clients)]
 
 
 @lru_cache(maxsize=16)
