@@ -23,6 +23,7 @@ CHAPTER_PACKAGES = (
     "dsgd_teach.syncasync",
     "dsgd_teach.collectives",
     "dsgd_teach.threads",
+    "dsgd_teach.averaging",
     "dsgd_teach.sim",
 )
 

@@ -85,3 +85,16 @@ def plot_rounds_with_losses(ax: Axes, result: Result) -> Axes:
     ax.set_ylabel("clients")
     ax.legend(fontsize=8)
     return ax
+
+
+def plot_elastic(ax: Axes, results: Mapping[str, Result]) -> Axes:
+    """EASGD: each worker's distance to the center at every elastic exchange, against its local steps."""
+    for label, result in results.items():
+        elastic = result.trace[result.trace.event == "elastic"]
+        for worker, rows in elastic.groupby("worker"):
+            ax.plot(rows.step + 1, rows.spread, marker=".", label=f"{label}, worker {worker}")
+    ax.set_xlabel("local steps")
+    ax.set_ylabel("‖worker − center‖ at the exchange")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return ax
