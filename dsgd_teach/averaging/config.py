@@ -67,7 +67,7 @@ class FedAvgConfig(TrainingConfig):
     algorithm: str = "fedavg"
     steps: int = 50
     clients: int = 20
-    fraction: float = 0.1
+    fraction: float = 0.5
     local_epochs: int = 5
     batch_size: int = 10
     lr: float = 0.1

@@ -97,12 +97,14 @@ def run_local_sgd(config: LocalSGDConfig, client: Client, on_update: OnUpdate | 
 
 
 def local_sgd_curve(trace: pd.DataFrame) -> pd.DataFrame:
-    """One row per evaluation of a local-SGD run: local steps, cumulative bytes (all ranks), time, loss, accuracy."""
+    """One row per evaluation of a local-SGD run: local steps, cumulative bytes (all ranks), seconds since the first
+    local step, loss and accuracy."""
     averages = trace[trace.event == "average"]
     per_round = averages.groupby("round").bytes_sent.sum().cumsum()
     evals = trace[trace.event == "eval"].copy()
     evals["updates"] = evals.step + 1
     evals["bytes"] = per_round.reindex(evals["round"]).to_numpy()
+    evals["time"] = evals.time - trace[trace.event == "local_step"].time.min()  # from the first step, not set-up
     return evals[["updates", "bytes", "time", "train_loss", "test_accuracy"]].reset_index(drop=True)
 
 
