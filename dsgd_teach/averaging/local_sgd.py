@@ -83,7 +83,7 @@ def run_local_sgd(config: LocalSGDConfig, client: Client, on_update: OnUpdate | 
     evals = trace[trace.event == "eval"]
     local = trace[trace.event == "local_step"]
     done = [p for p in params if p is not None]
-    stopped = stopped or local.step.max() + 1 < config.steps if len(local) else True
+    stopped = stopped or not len(local) or int(local.step.max()) + 1 < config.steps
     summary = {
         "wall_s": time.perf_counter() - t0,
         "local_steps": int(local.step.max() + 1) if len(local) else 0,
