@@ -27,6 +27,9 @@ def test_fedavg_panel_runs_with_its_controls(client):
     assert result.config.partition == "iid" and result.config.local_epochs == 2 and result.config.dropout == 0.5
     assert result.summary["rounds"] == 4
     assert _image_bytes(panel) != blank
+    accuracy, clients = panel.figure.axes
+    assert len(accuracy.lines) == 1 and len(accuracy.lines[0].get_xdata()) == 4, "no accuracy curve drawn"
+    assert len(clients.patches) == 8, "no bars of kept and lost clients"
 
 
 @pytest.mark.timeout(150)
@@ -37,4 +40,5 @@ def test_local_sgd_panel_runs_with_its_controls(client):
     result = panel.wait(120)
     assert panel.error is None, panel.error
     assert result.config.sync_every == 4 and result.summary["rounds"] == 4
+    assert all(len(ax.lines) == 1 for ax in panel.figure.axes), "no loss curves drawn"
     assert panel.controls["workers"].max == len(worker_addresses(client))
