@@ -78,7 +78,9 @@ def measure() -> dict[str, float | str]:
                      capture_output=True, text=True, timeout=600)
         if proc.returncode != 0:
             return {"error": f"measuring on the shaped hosts failed: {proc.stderr[-2000:]}"}
-        return json.loads(proc.stdout.strip().splitlines()[-1])
+        figures = json.loads(proc.stdout.strip().splitlines()[-1])
+        figures["tcp_retransmits"] = float(hosts.retransmits(h))
+        return figures
     finally:
         try:
             if dep is not None:
