@@ -46,7 +46,8 @@ def real_and_simulated(
     config (through from_config, with the fitted machine numbers), each with workers/backups/straggler controls.
     """
     sim_config = from_config(real_config, **(machine or {}))
-    real_max_workers = capacity(client, real_max_workers)  # what this cluster can give
+    if client is not None:  # what this cluster can give
+        real_max_workers = capacity(client, real_max_workers)
     real_panel = ExperimentPanel(
         client, real_run, real_config, _controls(real_config.workers, real_max_workers, real_max_workers),
         None, title="real cluster", figsize=figsize,  # the default loss plot: a real run is not "simulated"
