@@ -118,6 +118,15 @@ def local_ips() -> set[str]:
     return {a.address for addrs in psutil.net_if_addrs().items() for a in addrs[1]}
 
 
+def alternate_from_end(addresses: list[str] | tuple[str, ...]) -> list[str]:
+    """Addresses reordered so that, read from the last one backwards, they alternate hosts (one host: sorted)."""
+    groups = [list(reversed(g)) for g in by_host(addresses).values()]
+    out: list[str] = []
+    for i in range(max((len(g) for g in groups), default=0)):
+        out.extend(g[i] for g in groups if i < len(g))
+    return list(reversed(out))
+
+
 def one_host_workers(client: Client, n: int) -> list[str]:
     """n workers on this process's host, for memory it shares with them; a clear error when it has fewer.
 

@@ -23,8 +23,14 @@ def test_by_host_groups_and_interleave_alternates():
 
 
 def test_parameter_shards_spread_over_hosts():
-    hosts = {a.split("//")[1].split(":")[0] for a in default_placement(A, 2)}
-    assert len(hosts) == 2
+    def hosts(placement: list[str]) -> set[str]:
+        return {a.split("//")[1].split(":")[0] for a in placement}
+
+    assert len(hosts(default_placement(A, 2))) == 2
+    uneven = ["tcp://10.0.0.1:4001", "tcp://10.0.0.2:4001", "tcp://10.0.0.2:4002"]
+    assert len(hosts(default_placement(uneven, 2))) == 2
+    one_host = ["tcp://127.0.0.1:1", "tcp://127.0.0.1:2", "tcp://127.0.0.1:3"]
+    assert default_placement(one_host, 2) == one_host[::-1][:2]  # one host: from the last worker, as before
 
 
 def test_rendezvous_refuses_loopback_across_hosts():

@@ -24,7 +24,7 @@ from distributed.actor import Actor
 
 from ..cluster import worker_addresses
 from ..config import check_choice, check_float, check_int
-from ..workers import interleave_hosts
+from ..workers import alternate_from_end
 from . import checkpoint as ckpt
 from .optimizers import OPTIMIZERS
 from .shard import BarrierTimeout, ParamShard
@@ -62,7 +62,7 @@ def shard_bounds(size: int, n_shards: int) -> list[tuple[int, int]]:
 
 def default_placement(addresses: list[str], n_shards: int) -> list[str]:
     """Shard s on the (n-1-s mod n)-th worker: shards fill the cluster from the end, replicas from the start."""
-    addresses = interleave_hosts(addresses)  # consecutive shards on different hosts where there are several
+    addresses = alternate_from_end(addresses)  # consecutive shards on different hosts where there are several
     n = len(addresses)
     return [addresses[(n - 1 - s) % n] for s in range(n_shards)]
 
