@@ -3,9 +3,10 @@
 Order of choice: a cluster object handed in (dask-jobqueue, dask-gateway, dask-kubernetes, LocalCluster: the
 course may scale it and scales it back on close); the scheduler named by DSGD_SCHEDULER (or dask's
 `scheduler-address` config) — any dask deployment works, is never resized, and gets the course's worker settings
-through a WorkerPlugin that is removed again on close; else a LocalCUDACluster (one worker per GPU) when dask-cuda is present and there
-is a GPU for every worker wanted; else a LocalCluster of single-threaded worker processes bound to 127.0.0.1,
-whose workers still use a GPU if they see one. Closing the client closes a cluster it started.
+through a WorkerPlugin that is removed again on close; else a LocalCUDACluster (one worker per GPU) when
+dask-cuda is present and there is a GPU for every worker wanted; else a LocalCluster of single-threaded worker
+processes bound to 127.0.0.1, whose workers still use a GPU if they see one. Closing the client closes a cluster
+it started.
 """
 
 from __future__ import annotations
