@@ -14,8 +14,27 @@ from typing import Any
 from . import __version__
 
 
-def _field_parser(value: str, annotation: Any, default: Any) -> Any:
-    """Convert a command-line string to the type of a config field."""
+def _field_parser(value: str, annotation: Any, default: Any, name: str = "value", config_cls: Any = None) -> Any:
+    """Convert a command-line string to the type of a config field; a wrong type names field, type and range."""
+    try:
+        return _convert(value, annotation, default)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(_type_message(name, value, annotation, default, config_cls)) from exc
+
+
+def _type_message(name: str, value: str, annotation: Any, default: Any, config_cls: Any) -> str:
+    """The config's own refusal of the raw string (it names the field, the type and the range), else a plain one."""
+    if config_cls is not None:
+        try:
+            config_cls(**{name: value})
+        except (ValueError, TypeError) as exc:
+            if name in str(exc):
+                return str(exc)
+    kind = type(default).__name__ if default is not None else str(annotation)
+    return f"{name} must be of type {kind}, got {value!r}"
+
+
+def _convert(value: str, annotation: Any, default: Any) -> Any:
     text = str(annotation)
     if value.lower() == "none" and ("None" in text or default is None):
         return None
@@ -24,7 +43,7 @@ def _field_parser(value: str, annotation: Any, default: Any) -> Any:
             return True
         if value.lower() in ("0", "false", "no", "off"):
             return False
-        raise argparse.ArgumentTypeError(f"expected true/false, got {value!r}")
+        raise ValueError(f"expected true/false, got {value!r}")
     if isinstance(default, int) or text.startswith("int"):
         return int(value)
     if isinstance(default, float) or text.startswith("float"):
@@ -40,7 +59,7 @@ def _add_config_options(parser: argparse.ArgumentParser, config_cls: type) -> No
             f"--{field.name.replace('_', '-')}",
             dest=field.name,
             default=argparse.SUPPRESS,
-            type=lambda v, a=hints.get(field.name), d=default: _field_parser(v, a, d),
+            type=lambda v, a=hints.get(field.name), d=default, n=field.name: _field_parser(v, a, d, n, config_cls),
             help=f"(default: {default!r})",
         )
 

@@ -1,9 +1,12 @@
 """One call that returns a connected dask client: an existing scheduler, a GPU cluster, or a local one.
 
-Order of choice: the scheduler named by DSGD_SCHEDULER (or dask's `scheduler-address` config) — any dask
-deployment works unchanged; else a LocalCUDACluster (one worker per GPU) when dask-cuda is present and there
-is a GPU for every worker wanted; else a LocalCluster of single-threaded worker processes bound to 127.0.0.1,
-whose workers still use a GPU if they see one. Closing the client closes a cluster it started.
+Order of choice: a cluster object handed in (dask-jobqueue, dask-gateway, dask-kubernetes, LocalCluster: the
+course may scale it and scales it back on close); the scheduler named by DSGD_SCHEDULER (or dask's
+`scheduler-address` config) — any dask deployment works, is never resized, and gets the course's worker settings
+through a WorkerPlugin that is removed again on close; else a LocalCUDACluster (one worker per GPU) when
+dask-cuda is present and there is a GPU for every worker wanted; else a LocalCluster of single-threaded worker
+processes bound to 127.0.0.1, whose workers still use a GPU if they see one. Closing the client closes a cluster
+it started.
 """
 
 from __future__ import annotations
@@ -92,7 +95,7 @@ class TorchThreads(WorkerPlugin):
 
 @dataclass
 class ClusterInfo:
-    """How the client was obtained: kind is 'external', 'cuda' or 'local'; note says why, in one line."""
+    """How the client was obtained: kind is 'external', 'handed', 'cuda' or 'local'; note says why, in one line."""
 
     kind: str
     note: str
@@ -104,15 +107,35 @@ class CourseClient(Client):
 
     info: ClusterInfo
     _owned_cluster: LocalCluster | None = None
+    _handed_cluster: object | None = None  # a cluster object the user passed in: scaled, never closed
+    _handed_size: int = 0  # its worker count when handed in, restored on close
+    _settings_plugin: bool = False  # CourseSettings registered on workers the course did not start
 
     def close(self, *args, **kwargs):  # noqa: ANN002, ANN003 - mirrors Client.close
-        """Close the client and, if this client started it, the cluster (workers, scheduler, ports)."""
+        """Close the client and, if this client started it, the cluster; leave a deployment as it was found."""
+        try:
+            self._restore_deployment()
+        except Exception as exc:  # still close the client; say what could not be undone
+            log.warning("could not restore the deployment on close: %s: %s", type(exc).__name__, exc)
         try:
             return super().close(*args, **kwargs)
         finally:
             cluster, self._owned_cluster = self._owned_cluster, None
             if cluster is not None:
                 cluster.close()
+
+    def _restore_deployment(self) -> None:
+        """Remove the course's worker plugin and scale a handed-in cluster back to the size it came with."""
+        if self.status not in ("running", "connecting"):
+            return
+        if self._settings_plugin:
+            self._settings_plugin = False
+            from .worker_settings import remove
+
+            remove(self)
+        handed, self._handed_cluster = self._handed_cluster, None
+        if handed is not None and self.n_workers() != self._handed_size:
+            handed.scale(self._handed_size)
 
     def n_workers(self) -> int:
         """Number of workers currently connected."""
@@ -122,9 +145,15 @@ class CourseClient(Client):
         """Scale the local cluster to n_workers, reset torch threads, and say what happened in one line."""
         if not isinstance(n_workers, int) or isinstance(n_workers, bool) or not 1 <= n_workers <= 64:
             raise ValueError(f"n_workers must be an integer in [1, 64], got {n_workers!r}")
+        if self._owned_cluster is None and self._handed_cluster is not None:
+            from .workers import _scale_to
+
+            _scale_to(self, self._handed_cluster, n_workers, timeout)
+            return f"{self.n_workers()} worker(s) in the cluster handed in (it goes back to {self._handed_size} on close)"
         if self._owned_cluster is None:
             raise RuntimeError(
-                "this client is connected to an external scheduler; resize that deployment with its own tools"
+                "this client is connected to an external scheduler; resize that deployment with its own tools "
+                "(dsgd_teach.workers.get_workers runs with what fits instead)"
             )
         if n_workers == self.n_workers():
             return _describe(n_workers)
@@ -217,23 +246,51 @@ def _gpu_cluster(n_workers: int | None, gpus: int, asked: bool) -> tuple[LocalCl
         return None, f"GPU cluster failed to start, falling back to CPU: {type(exc).__name__}: {exc}"
 
 
+def _apply_settings(client: CourseClient) -> str:
+    """Register the course's worker settings on a deployment it did not start; a clear error if it cannot."""
+    from .worker_settings import apply
+
+    try:
+        line = apply(client)
+    except Exception as exc:
+        client.close()
+        raise RuntimeError(
+            f"the workers at {client.scheduler.address} could not take the course's settings ({type(exc).__name__}: "
+            f"{exc}); every worker needs the same Python packages as this kernel (pip install dsgd-teach)"
+        ) from exc
+    client._settings_plugin = True
+    return line
+
+
 def start_client(
     n_workers: int | None = None,
     *,
     scheduler: str | None = None,
+    cluster: object | None = None,
     use_gpu: bool | str = "auto",
     quiet: bool = False,
 ) -> CourseClient:
-    """Return a connected client (see the module docstring for the order of choice) and print how it started."""
+    """Return a connected client (see the module docstring for the order of choice) and print how it started.
+
+    cluster: a dask cluster object (anything with `scale` and a scheduler), e.g. a dask_jobqueue.SLURMCluster.
+    """
     if n_workers is not None and (isinstance(n_workers, bool) or not isinstance(n_workers, int) or not 1 <= n_workers <= 64):
         raise ValueError(f"n_workers must be an integer in [1, 64], got {n_workers!r}")
     t0 = time.perf_counter()
-    address = _external_address(scheduler)
-    cluster = None
-    if address:
+    address = None if cluster is not None else _external_address(scheduler)
+    if cluster is not None:
+        if not hasattr(cluster, "scale") or not hasattr(cluster, "scheduler_address"):
+            raise ValueError(f"cluster must be a dask cluster object with scale(), got {type(cluster).__name__}")
+        client = CourseClient(cluster, timeout="20s")
+        client._handed_cluster, client._handed_size = cluster, client.n_workers()
+        note = f"using the {type(cluster).__name__} handed in ({client._handed_size} worker(s); scaled as needed)"
+        kind = "handed"
+        note += "; " + _apply_settings(client)
+    elif address:
         client = CourseClient(address, timeout="20s")
         note = f"connected to the existing scheduler at {address}"
         kind = "external"
+        note += "; " + _apply_settings(client)
     else:
         reason = "GPU use switched off"
         gpus = visible_gpus()

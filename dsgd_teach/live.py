@@ -136,15 +136,19 @@ def run_live(
     on_worker_lost: str = "raise",
     timeout_s: float | None = None,
     poll_s: float = 0.05,
+    addresses: list[str] | None = None,
 ) -> tuple[list[Any], bool]:
     """Run fn(ctx, *args) for each rank on its own worker; returns (results, stopped).
 
     A rank whose worker dies raises WorkerLost (on_worker_lost="raise") or is recorded as a "worker_lost"
     event and its result is None ("drop"). A StopRequested from on_update sets the stop flag; the tasks then
     finish their current step and return. Exceeding timeout_s raises TimeoutError. Never hangs.
+    addresses names the worker of each rank (default: pick_workers).
     """
     world = len(args_per_rank)
-    addresses = pick_workers(client, world)
+    addresses = list(addresses) if addresses else pick_workers(client, world)
+    if len(addresses) != world:
+        raise ValueError(f"need one worker address per rank ({world}), got {len(addresses)}")
     run_id = uuid.uuid4().hex[:10]
     topic, stop_name = f"dsgd-events-{run_id}", f"dsgd-stop-{run_id}"
     stop_event = Event(stop_name, client=client)

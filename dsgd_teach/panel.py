@@ -22,6 +22,7 @@ from matplotlib.figure import Figure
 from .config import Config
 from .plots import plot_live
 from .trace import Result, StopRequested, to_frame
+from .workers import get_workers
 
 RunFn = Callable[[Any, Client, Any], Result]
 PlotFn = Callable[[Figure, Any], None]
@@ -148,9 +149,11 @@ class ExperimentPanel(widgets.VBox):
     def _run(self, config: Config) -> None:
         t0 = time.perf_counter()
         try:
-            if self.resize_cluster and hasattr(config, "workers") and hasattr(self.client, "resize"):
-                if getattr(self.client, "_owned_cluster", None) is not None:
+            if self.resize_cluster and hasattr(config, "workers"):
+                if getattr(self.client, "_owned_cluster", None) is not None:  # the course's own: exactly N
                     self.status.value = html.escape(self.client.resize(int(config.workers)))
+                else:
+                    self.status.value = html.escape(str(get_workers(self.client, int(config.workers))))
             self.result = self.run_fn(config, self.client, self._on_update)
             self._redraw(force=True)
             state = "Stopped" if self.result.stopped else "Done"

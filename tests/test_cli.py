@@ -23,6 +23,20 @@ def test_bad_values_give_a_clear_error(capsys):
     assert main(["frobnicate"]) == 2
 
 
+@pytest.mark.parametrize(
+    ("option", "expected"),
+    [
+        (["--batch-size", "abc"], "argument --batch-size: batch_size must be an integer in [1, 1000000], got 'abc'"),
+        (["--lr", "fast"], "argument --lr: lr must be a number in (0.0, 100.0], got 'fast'"),
+    ],
+)
+def test_a_value_of_the_wrong_type_names_field_type_and_range(option, expected, capsys):
+    with pytest.raises(SystemExit):
+        main(["run", "sgd", *option])
+    err = capsys.readouterr().err
+    assert expected in err and "<lambda>" not in err
+
+
 def test_lists_experiments(capsys):
     assert main(["run"]) == 0
     assert "data-parallel" in capsys.readouterr().out

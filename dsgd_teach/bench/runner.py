@@ -26,6 +26,7 @@ BENCH_MODULES = (
     "dsgd_teach.bench.ps",
     "dsgd_teach.bench.syncasync",
     "dsgd_teach.bench.collectives",
+    "dsgd_teach.bench.shaped_hosts",
     "dsgd_teach.bench.averaging",
     "dsgd_teach.bench.threads",
     "dsgd_teach.bench.pipeline",

@@ -18,7 +18,7 @@ from ..config import Config, check_choice, check_float, check_int
 from ..trace import OnUpdate, Result, TraceRecorder
 from .algorithms import ALGORITHMS, HAND_WRITTEN
 from .cost_model import AlphaBeta, bus_bandwidth, fit_alpha_beta, predict_seconds
-from .group import DEVICES, GroupSpec, plan_group, run_in_group
+from .group import DEVICES, GroupSpec, group_hosts, plan_group, run_in_group
 from .session import Plan, rank_input, run_plan
 
 MAX_ELEMENTS = 16 * 1024 * 1024  # 64 MiB of float32: stays inside a laptop's memory with four ranks
@@ -135,6 +135,7 @@ def run_allreduce(config: AllreduceConfig, client: Client, on_update: OnUpdate |
         "wall_s": time.perf_counter() - t0,
         "world": config.workers,
         "backend": spec.backend,
+        "hosts": group_hosts(spec),
         "port": spec.port,
         "median_ms": median_s * 1e3,
         "busbw_GBps": bus_bandwidth(nbytes, config.workers, median_s) / 1e9,
@@ -167,7 +168,8 @@ def run_sweep(config: SweepConfig, client: Client, on_update: OnUpdate | None = 
     )
     trace = recorder.frame()
     ping = results[0]["pingpong"] if results and results[0] else []
-    summary: dict[str, Any] = {"wall_s": time.perf_counter() - t0, "world": config.workers, "backend": spec.backend}
+    summary: dict[str, Any] = {"wall_s": time.perf_counter() - t0, "world": config.workers, "backend": spec.backend,
+                               "hosts": group_hosts(spec)}
     if len(ping) >= 2:
         model = fit_alpha_beta(np.array([p[0] for p in ping]), np.array([p[1] for p in ping]))
         summary.update(alpha_us=model.alpha * 1e6, bandwidth_GBps=model.bandwidth / 1e9, beta=model.beta)

@@ -23,6 +23,7 @@ from distributed import Client
 from ..cluster import visible_gpus, worker_addresses
 from ..live import WorkerContext, run_live
 from ..trace import TraceRecorder
+from ..workers import get_workers, interleave_hosts, rendezvous_host
 from .comm import Comm
 
 DEVICES = ("auto", "cpu", "cuda")
@@ -38,6 +39,12 @@ class GroupSpec:
     backend: str  # "gloo" or "nccl"
     devices: tuple[str, ...]  # torch device of each rank, e.g. ("cpu", "cpu") or ("cuda:0", "cuda:1")
     timeout_s: float
+    workers: tuple[str, ...] = ()  # the worker address of each rank (ranks alternate hosts)
+
+
+def group_hosts(spec: GroupSpec) -> str:
+    """The hosts the group's ranks run on, comma-separated (one host, or several for a group across machines)."""
+    return ",".join(sorted({worker_host(a) for a in spec.workers})) or spec.host
 
 
 def find_free_port(host: str = "127.0.0.1") -> int:
@@ -65,18 +72,14 @@ def worker_host(address: str) -> str:
 
 
 def ensure_workers(client: Client, n: int) -> list[str]:
-    """Addresses of n workers that can run ranks at once: grows a course cluster, else raises a clear error."""
-    have = worker_addresses(client)
-    if len(have) < n:
-        try:
-            client.resize(n)  # type: ignore[attr-defined]
-        except (AttributeError, RuntimeError) as exc:
-            raise ValueError(
-                f"{n} ranks must run at the same time, one per worker, but the cluster has {len(have)} worker(s) "
-                f"and cannot be resized here ({exc}); start it with at least {n} workers"
-            ) from exc
-        have = worker_addresses(client)
-    return have[:n]
+    """Addresses of n workers that can run ranks at once (rank order alternates hosts); else a clear error."""
+    got = get_workers(client, n)
+    if not got.enough:
+        raise ValueError(
+            f"{n} ranks must run at the same time, one per worker, but the cluster has {got.n} worker(s) "
+            f"and cannot be scaled from here; start it with at least {n} workers"
+        )
+    return interleave_hosts(worker_addresses(client))[:n]
 
 
 def plan_group(client: Client, world: int, device: str = "auto", timeout_s: float = 30.0) -> GroupSpec:
@@ -101,9 +104,40 @@ def plan_group(client: Client, world: int, device: str = "auto", timeout_s: floa
         devices = tuple("cuda:0" if one_gpu_per_worker else f"cuda:{r}" for r in range(world))
     else:
         devices = ("cpu",) * world
-    host = worker_host(addresses[0])
+    host = rendezvous_host(addresses)
     port = client.submit(find_free_port, host, workers=[addresses[0]], pure=False).result(timeout=setup_s)
-    return GroupSpec(host, port, world, "nccl" if use_cuda else "gloo", devices, timeout_s)
+    return GroupSpec(host, port, world, "nccl" if use_cuda else "gloo", devices, timeout_s, tuple(addresses))
+
+
+def interface_of(ip: str) -> str | None:
+    """Name of this machine's network interface that holds ip (None if none does)."""
+    import psutil
+
+    for name, addrs in psutil.net_if_addrs().items():
+        if any(a.address == ip for a in addrs):
+            return name
+    return None
+
+
+@contextmanager
+def gloo_interface(own_host: str) -> Iterator[None]:
+    """While forming a group, make gloo listen on the interface of this worker's own address.
+
+    Left alone, gloo resolves the machine's hostname, which on a multi-homed host (or a network namespace) can
+    name an address other ranks cannot reach, or none, and then falls back to loopback.
+    """
+    name = interface_of(own_host)
+    old = os.environ.get("GLOO_SOCKET_IFNAME")
+    if name is not None:
+        os.environ["GLOO_SOCKET_IFNAME"] = name
+    try:
+        yield
+    finally:
+        if name is not None:
+            if old is None:
+                os.environ.pop("GLOO_SOCKET_IFNAME", None)
+            else:
+                os.environ["GLOO_SOCKET_IFNAME"] = old
 
 
 @contextmanager
@@ -114,10 +148,12 @@ def process_group(spec: GroupSpec, rank: int) -> Iterator[Comm]:
         torch.cuda.set_device(device)
     timeout = datetime.timedelta(seconds=spec.timeout_s)
     extra = {"device_id": device} if device.type == "cuda" else {}
-    dist.init_process_group(
-        spec.backend, init_method=f"tcp://{spec.host}:{spec.port}", rank=rank, world_size=spec.world,
-        timeout=timeout, **extra,
-    )
+    own_host = worker_host(spec.workers[rank]) if spec.workers else spec.host
+    with gloo_interface(own_host):
+        dist.init_process_group(
+            spec.backend, init_method=f"tcp://{spec.host}:{spec.port}", rank=rank, world_size=spec.world,
+            timeout=timeout, **extra,
+        )
     try:
         yield Comm(rank, spec.world, device, spec.timeout_s)
     finally:
@@ -146,7 +182,8 @@ def run_in_group(
     if len(args_per_rank) != spec.world:
         raise ValueError(f"need one argument tuple per rank ({spec.world}), got {len(args_per_rank)}")
     return run_live(
-        client, _group_task, [(spec, fn, args) for args in args_per_rank], recorder, timeout_s=run_timeout_s
+        client, _group_task, [(spec, fn, args) for args in args_per_rank], recorder, timeout_s=run_timeout_s,
+        addresses=list(spec.workers) or None,
     )
 
 

@@ -6,13 +6,18 @@ import ipywidgets as widgets
 from distributed import Client
 
 from ..panel import ExperimentPanel
+from ..workers import capacity
 from .config import HogwildConfig
 from .plots import plot_progress
 from .run import run_hogwild
 
 
 def hogwild_panel(client: Client, config: HogwildConfig | None = None, max_workers: int = 4) -> ExperimentPanel:
-    """A panel running run_hogwild; the cluster is resized to the chosen number of workers before each run."""
+    """A panel running run_hogwild; the cluster is resized to the chosen number of workers before each run.
+
+    The workers slider reaches max_workers, or fewer when the cluster cannot grow that far.
+    """
+    max_workers = capacity(client, max_workers)
     # Small enough that every density up to 1.0 stays inside the size limit; epochs make a run last seconds.
     config = config or HogwildConfig(n_samples=2_000, n_features=2_000, density=0.005, epochs=1_000, report_every=2_000)
     style = {"description_width": "initial"}

@@ -15,6 +15,7 @@ from distributed import Client
 from ..cluster import worker_addresses
 from ..live import run_live
 from ..trace import OnUpdate, Result, TraceRecorder
+from ..workers import host_of, one_host_workers
 from .config import CountingConfig, HogwildConfig
 from .kernels import accuracy, mean_loss
 from .mutex import HAVE_MUTEX
@@ -42,18 +43,27 @@ def check_cluster(config: AnyConfig, client: Client) -> None:
 
 
 def _run_ranks(config: AnyConfig, client: Client, recorder: TraceRecorder) -> tuple[np.ndarray, list[dict], bool]:
-    """Run every rank against a fresh shared block; returns (final shared vector, per-rank stats, stopped)."""
+    """Run every rank against a fresh shared block; returns (final shared vector, per-rank stats, stopped).
+
+    Worker processes share the block through /dev/shm, so they must all live on one host: one_host_workers picks
+    them (or says no host has enough). The driver creates the block, so that host must be the driver's too;
+    the threads backend runs on a single worker and shares the block with it.
+    """
     check_cluster(config, client)
+    addresses = one_host_workers(client, config.workers if config.backend == "processes" else 1)
+    recorder.hosts = ",".join(sorted({host_of(a) for a in addresses}))  # type: ignore[attr-defined]
     n_features = config.data_spec.n_features
     arrays = block_arrays(config, n_features)
     with create_block(arrays) as block:
         try:
             if config.backend == "processes":
                 args = [(config, block.spec)] * config.workers
-                results, stopped = run_live(client, process_task, args, recorder, timeout_s=config.timeout_s)
+                results, stopped = run_live(client, process_task, args, recorder, timeout_s=config.timeout_s,
+                                            addresses=addresses)
             else:
                 (results,), stopped = run_live(
-                    client, threads_task, [(config, block.spec)], recorder, timeout_s=config.timeout_s
+                    client, threads_task, [(config, block.spec)], recorder, timeout_s=config.timeout_s,
+                    addresses=addresses,
                 )
                 results = results or []
         finally:  # a rank still waiting for its turn (its peer died, or the run timed out) gives up now
@@ -87,6 +97,7 @@ def run_hogwild(config: HogwildConfig, client: Client, on_update: OnUpdate | Non
         "workers": config.workers,
         "lock": config.lock,
         "scheme": config.scheme,
+        "hosts": recorder.hosts,  # type: ignore[attr-defined] - the one host whose /dev/shm the ranks shared
         **_timing(stats, recorder.t0),
         "initial_train_loss": math.log(2.0),
         "final_train_loss": mean_loss(w, data.X, data.y),
@@ -111,6 +122,7 @@ def run_counting(config: CountingConfig, client: Client, on_update: OnUpdate | N
         "workers": config.workers,
         "lock": config.lock,
         "density": config.density,
+        "hosts": recorder.hosts,  # type: ignore[attr-defined]
         **_timing(stats, recorder.t0),
         "intended": intended,
         "landed": landed,

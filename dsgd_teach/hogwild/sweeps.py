@@ -13,6 +13,7 @@ from distributed import Client
 
 from ..cluster import cpu_count, worker_addresses
 from ..trace import Result
+from ..workers import get_workers
 from .config import CountingConfig, HogwildConfig
 from .run import run_counting, run_hogwild
 
@@ -113,11 +114,8 @@ def oversubscription(
 
 
 def ensure_workers(client: Client, n: int) -> int:
-    """Make sure the cluster has at least n worker processes (resizing a local one); returns the count."""
-    have = len(worker_addresses(client))
-    if have >= n:
-        return have
-    if not hasattr(client, "resize"):
-        raise ValueError(f"this needs {n} dask worker processes and the cluster has {have}; add workers first")
-    client.resize(n)
+    """Make sure the cluster has at least n worker processes (growing one the course may scale); the count."""
+    got = get_workers(client, n)
+    if not got.enough:
+        raise ValueError(f"this needs {n} dask worker processes and the cluster has {got.n}; add workers first")
     return len(worker_addresses(client))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import shutil
 import tempfile
 import time
@@ -23,6 +24,7 @@ from distributed.actor import Actor
 
 from ..cluster import worker_addresses
 from ..config import check_choice, check_float, check_int
+from ..workers import alternate_from_end
 from . import checkpoint as ckpt
 from .optimizers import DEFAULT_DC_LAMBDA, OPTIMIZERS
 from .shard import BarrierTimeout, ParamShard
@@ -60,6 +62,7 @@ def shard_bounds(size: int, n_shards: int) -> list[tuple[int, int]]:
 
 def default_placement(addresses: list[str], n_shards: int) -> list[str]:
     """Shard s on the (n-1-s mod n)-th worker: shards fill the cluster from the end, replicas from the start."""
+    addresses = alternate_from_end(addresses)  # consecutive shards on different hosts where there are several
     n = len(addresses)
     return [addresses[(n - 1 - s) % n] for s in range(n_shards)]
 
@@ -106,7 +109,7 @@ class ShardedServer:
             raise ValueError(f"workers must name {n_shards} connected worker address(es), got {placement}")
         owns_dir = checkpoint_every > 0 and checkpoint_dir is None
         if owns_dir:
-            checkpoint_dir = tempfile.mkdtemp(prefix="dsgd-ps-")
+            checkpoint_dir = tempfile.mkdtemp(prefix="dsgd-ps-", dir=os.environ.get("DSGD_CHECKPOINT_DIR"))
         uid = uuid.uuid4().hex[:8]
         server = cls(
             [], init.size, optimizer=optimizer, lr=float(lr), checkpoint_every=checkpoint_every,

@@ -7,6 +7,7 @@ from typing import Any
 import ipywidgets as widgets
 
 from ..panel import ExperimentPanel
+from ..workers import capacity
 from .config import MAX_SIM_WORKERS, from_config
 from .plots import plot_sim_live
 from .run import run_simulated
@@ -45,6 +46,8 @@ def real_and_simulated(
     config (through from_config, with the fitted machine numbers), each with workers/backups/straggler controls.
     """
     sim_config = from_config(real_config, **(machine or {}))
+    if client is not None:  # what this cluster can give
+        real_max_workers = capacity(client, real_max_workers)
     real_panel = ExperimentPanel(
         client, real_run, real_config, _controls(real_config.workers, real_max_workers, real_max_workers),
         None, title="real cluster", figsize=figsize,  # the default loss plot: a real run is not "simulated"

@@ -9,6 +9,7 @@ from distributed import Client
 
 from ..config import check_bool, check_choice, check_int
 from ..trace import OnUpdate, Result
+from ..workers import capacity, get_workers
 from .async_sgd import AsyncConfig, run_async
 from .delays import STRAGGLER_MODELS
 from .sync import SyncConfig, run_sync
@@ -48,21 +49,23 @@ class PlaygroundConfig(SyncConfig):
 def run_playground(config: PlaygroundConfig, client: Client, on_update: OnUpdate | None = None) -> Result:
     """Grow the local cluster to the processes the run needs, then run sync or async SGD."""
     inner = config.resolved()
-    if hasattr(client, "resize") and getattr(client, "_owned_cluster", None) is not None:
-        if client.n_workers() < inner.world:
-            client.resize(inner.world)
+    get_workers(client, inner.world)  # grows a cluster the course may scale; else check_cluster says what is short
     run = run_sync if isinstance(inner, SyncConfig) else run_async
     return run(inner, client, on_update)
 
 
 def make_panel(client: Client, config: PlaygroundConfig | None = None, max_workers: int = 4) -> Any:
-    """ExperimentPanel with workers, backups (max follows workers), straggler, severity, bound, aware, 1-bit."""
+    """ExperimentPanel with workers, backups (max follows workers), straggler, severity, bound, aware, 1-bit.
+
+    The workers slider reaches max_workers, or fewer when the cluster cannot grow that far.
+    """
+    max_workers = capacity(client, max_workers)
+    config = config or PlaygroundConfig(steps=150, straggler="lognormal", severity=0.02, workers=min(2, max_workers))
     import ipywidgets as widgets
 
     from ..panel import ExperimentPanel
     from .plots import plot_live
 
-    config = config or PlaygroundConfig(steps=150, straggler="lognormal", severity=0.02)
     style = {"description_width": "initial"}
     w = {
         "mode": widgets.ToggleButtons(options=MODES, value=config.mode, description="mode", style=style),

@@ -1,0 +1,100 @@
+"""The course's worker settings for workers it did not start, applied through a dask WorkerPlugin.
+
+A cluster the course starts gets its settings when the processes spawn (see cluster.py). Workers of another
+deployment are already running, so `CourseSettings`, registered with `Client.register_plugin`, sets them in every
+worker, including ones that join later: torch's intra-op threads (cores of the worker's host shared between the
+workers on that host), glibc's malloc thresholds through mallopt (what cluster.WORKER_MALLOC sets by environment),
+and the imports the experiments need. Unregistering it (the client's close does) restores torch's thread count.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib
+import os
+import sys
+from typing import Any
+
+from distributed import Client
+from distributed.diagnostics.plugin import WorkerPlugin
+
+PLUGIN_NAME = "dsgd-course-settings"
+#: glibc mallopt parameter numbers (malloc.h).
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+IMPORTS = ("numpy", "torch", "dsgd_teach")
+
+
+def set_malloc(mmap_threshold: int, trim_threshold: int) -> bool:
+    """Apply glibc's mmap and trim thresholds in this process; False where there is no glibc."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return False
+    ok_mmap = libc.mallopt(M_MMAP_THRESHOLD, int(mmap_threshold))
+    ok_trim = libc.mallopt(M_TRIM_THRESHOLD, int(trim_threshold))
+    return bool(ok_mmap and ok_trim)
+
+
+class CourseSettings(WorkerPlugin):
+    """Torch threads per worker (by host), malloc thresholds and imports, for workers the course did not start."""
+
+    idempotent = False
+
+    def __init__(self, threads_by_host: dict[str, int], malloc: dict[str, int], imports: tuple[str, ...] = IMPORTS):
+        self.threads_by_host = dict(threads_by_host)
+        self.malloc = dict(malloc)
+        self.imports = tuple(imports)
+        self._previous_threads: int | None = None
+
+    def setup(self, worker: Any) -> None:  # dask's signature
+        """Called once in each worker (now and when one joins later)."""
+        for name in self.imports:
+            importlib.import_module(name)
+        import torch
+
+        from .workers import host_of
+
+        self._previous_threads = torch.get_num_threads()
+        torch.set_num_threads(self.threads_by_host.get(host_of(worker.address), 1))
+        set_malloc(self.malloc["MALLOC_MMAP_THRESHOLD_"], self.malloc["MALLOC_TRIM_THRESHOLD_"])
+
+    def teardown(self, worker: Any) -> None:  # dask's signature
+        """Called when the plugin is unregistered or the worker closes: give torch its thread count back."""
+        if self._previous_threads is not None:
+            import torch
+
+            torch.set_num_threads(self._previous_threads)
+
+
+def _host_cores() -> tuple[str, int]:
+    from .cluster import cpu_count
+
+    return os.uname().nodename, cpu_count()
+
+
+def threads_by_host(client: Client) -> dict[str, int]:
+    """floor(cores of the host / workers on that host), at least 1, for every host with workers now."""
+    from .workers import host_of
+
+    cores = client.run(_host_cores)  # {address: (nodename, cores)}
+    per_host: dict[str, list[int]] = {}
+    for address, (_, n) in cores.items():
+        per_host.setdefault(host_of(address), []).append(n)
+    return {h: max(1, min(ns) // len(ns)) for h, ns in per_host.items()}
+
+
+def apply(client: Client) -> str:
+    """Register CourseSettings on every current and future worker; returns a one-line description."""
+    from .cluster import WORKER_MALLOC
+
+    threads = threads_by_host(client)
+    client.register_plugin(CourseSettings(threads, WORKER_MALLOC), name=PLUGIN_NAME)
+    shown = ", ".join(f"{h}: {t}" for h, t in sorted(threads.items()))
+    return f"course worker settings applied (torch threads per worker by host: {shown or 'no workers yet'})"
+
+
+def remove(client: Client) -> None:
+    """Unregister CourseSettings (each worker's teardown restores torch's thread count)."""
+    client.unregister_worker_plugin(PLUGIN_NAME)

@@ -1,0 +1,161 @@
+"""Getting the workers a run needs from whatever cluster the course was given, and placing ranks by host.
+
+`get_workers(client, n)` uses the workers that are there when there are enough; grows the cluster when the
+course started it or the user handed in a cluster object (LocalCluster, dask-jobqueue, dask-gateway,
+dask-kubernetes: anything with `scale`); otherwise it runs with what fits and says, in one line, what more
+workers would show. It never shrinks or kills workers of a deployment the course did not start.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlparse
+
+from distributed import Client
+
+from .cluster import worker_addresses
+
+#: Upper bound for widgets and requests when a cluster can grow (matches CourseClient.resize's range).
+MAX_WORKERS = 64
+
+
+@dataclass(frozen=True)
+class Workers:
+    """What a run may use: n of the wanted workers (n <= wanted), all connected addresses, and a one-line note."""
+
+    n: int
+    wanted: int
+    addresses: tuple[str, ...]
+    note: str
+
+    @property
+    def enough(self) -> bool:
+        """True when the run gets every worker it asked for."""
+        return self.n >= self.wanted
+
+    def __str__(self) -> str:
+        return self.note
+
+
+def scalable_cluster(client: Client) -> Any | None:
+    """The cluster object this client may scale (one the course started or the user handed in), else None."""
+    owned = getattr(client, "_owned_cluster", None)
+    if owned is not None:
+        return owned
+    return getattr(client, "_handed_cluster", None)
+
+
+def capacity(client: Client, cap: int = MAX_WORKERS) -> int:
+    """The most workers this client can have at once, at most cap: cap when it can scale, else what is there."""
+    if scalable_cluster(client) is not None:
+        return cap
+    return max(1, min(cap, len(worker_addresses(client))))
+
+
+def _scale_to(client: Client, cluster: Any, n: int, timeout: float) -> None:
+    """Scale a cluster object up to n workers and wait until they have joined (raises TimeoutError)."""
+    if hasattr(client, "resize") and getattr(client, "_owned_cluster", None) is cluster:
+        client.resize(n, timeout=timeout)  # also resets torch threads per worker
+        return
+    cluster.scale(n)
+    deadline = time.monotonic() + timeout
+    while len(worker_addresses(client)) < n:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the cluster did not reach {n} workers within {timeout:.0f} s (is the queue busy?)")
+        time.sleep(0.1)
+
+
+def get_workers(client: Client, n: int, why: str = "", *, timeout: float = 120.0) -> Workers:
+    """Workers for a run that wants n at once: use, grow, or run with what fits (see the module docstring)."""
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_WORKERS:
+        raise ValueError(f"n must be an integer in [1, {MAX_WORKERS}], got {n!r}")
+    have = worker_addresses(client)
+    if len(have) >= n:
+        return Workers(n, n, tuple(have), f"using {n} of the cluster's {len(have)} worker(s)")
+    cluster = scalable_cluster(client)
+    if cluster is not None:
+        _scale_to(client, cluster, n, timeout)
+        now = worker_addresses(client)
+        return Workers(n, n, tuple(now), f"scaled the cluster from {len(have)} to {len(now)} worker(s)")
+    k = len(have)
+    if k == 0:
+        raise RuntimeError("the cluster has no workers; start some (dask worker SCHEDULER_ADDRESS) and retry")
+    shows = f" would show {why}" if why else " would run the full version of this cell"
+    note = (f"this deployment has {k} worker(s) and is not the course's to scale: running with {k}; "
+            f"{n}{shows}")
+    return Workers(k, n, tuple(have), note)
+
+
+def host_of(address: str) -> str:
+    """The host part of a worker address such as tcp://10.0.0.5:40123."""
+    return urlparse(address).hostname or address
+
+
+def by_host(addresses: list[str] | tuple[str, ...]) -> dict[str, list[str]]:
+    """Worker addresses grouped by host, each group sorted; hosts ordered by their first address."""
+    groups: dict[str, list[str]] = defaultdict(list)
+    for a in sorted(addresses):
+        groups[host_of(a)].append(a)
+    return dict(groups)
+
+
+def interleave_hosts(addresses: list[str] | tuple[str, ...]) -> list[str]:
+    """Addresses reordered so consecutive entries alternate hosts (one host: plain sorted order)."""
+    groups = list(by_host(addresses).values())
+    out: list[str] = []
+    for i in range(max((len(g) for g in groups), default=0)):
+        out.extend(g[i] for g in groups if i < len(g))
+    return out
+
+
+def local_ips() -> set[str]:
+    """IPv4/IPv6 addresses of this machine (of this process's network namespace)."""
+    import psutil
+
+    return {a.address for addrs in psutil.net_if_addrs().items() for a in addrs[1]}
+
+
+def alternate_from_end(addresses: list[str] | tuple[str, ...]) -> list[str]:
+    """Addresses reordered so that, read from the last one backwards, they alternate hosts (one host: sorted)."""
+    groups = [list(reversed(g)) for g in by_host(addresses).values()]
+    out: list[str] = []
+    for i in range(max((len(g) for g in groups), default=0)):
+        out.extend(g[i] for g in groups if i < len(g))
+    return list(reversed(out))
+
+
+def one_host_workers(client: Client, n: int) -> list[str]:
+    """n workers on this process's host, for memory it shares with them; a clear error when it has fewer.
+
+    The shared block is created here, in this machine's /dev/shm, so only workers on this machine can map it.
+    """
+    groups = by_host(worker_addresses(client))
+    if not groups:
+        raise RuntimeError("the cluster has no workers")
+    mine = local_ips()
+    here = [a for h, g in groups.items() if h in mine for a in g]
+    if len(here) < n:
+        counts = ", ".join(f"{h}: {len(g)}" for h, g in groups.items())
+        raise ValueError(
+            f"{n} ranks sharing memory need {n} workers on this machine (where the shared block lives), but "
+            f"it has {len(here)} (workers by host: {counts}); start {n} workers on the machine running this "
+            "notebook, or use backend='threads'"
+        )
+    return here[:n]
+
+
+def rendezvous_host(addresses: list[str]) -> str:
+    """The host every rank can reach for a process group: rank 0's address, refused if it is loopback
+    while other ranks live on other hosts."""
+    hosts = [host_of(a) for a in addresses]
+    if hosts[0].startswith("127.") or hosts[0] in ("localhost", "::1"):
+        others = {h for h in hosts if h != hosts[0]}
+        if others:
+            raise ValueError(
+                f"rank 0's worker listens on {hosts[0]}, which ranks on {sorted(others)} cannot reach; "
+                "start that worker with --host set to an address the other machines can reach"
+            )
+    return hosts[0]
