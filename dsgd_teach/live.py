@@ -127,6 +127,17 @@ def pick_workers(client: Client, world: int) -> list[str]:
     return [addresses[r % len(addresses)] for r in range(world)]
 
 
+def _dead_rank(client: Client, addresses: list[str], ranks: set[int], grace_s: float = 2.0) -> int | None:
+    """The first of `ranks` whose worker has left the cluster, waiting up to grace_s for the scheduler to notice."""
+    deadline = time.monotonic() + grace_s
+    while True:
+        alive = set(worker_addresses(client))
+        gone = sorted(r for r in ranks if addresses[r] not in alive)
+        if gone or time.monotonic() > deadline:
+            return gone[0] if gone else None
+        time.sleep(0.1)
+
+
 def run_live(
     client: Client,
     fn: Callable[..., Any],
@@ -185,6 +196,13 @@ def run_live(
                         pending.discard(rank)
                         if fut.status == "error":
                             exc = fut.exception()
+                            dead = (_dead_rank(client, addresses, set(range(world)) - {rank}) if on_worker_lost == "raise"
+                                    else None)
+                            if dead is not None:  # a neighbour's death is the cause; the rank's error only follows it
+                                raise WorkerLost(
+                                    f"worker {addresses[dead]} running rank {dead} died; rank {rank} then failed: "
+                                    f"{type(exc).__name__}: {exc}"
+                                ) from exc
                             raise RuntimeError(f"rank {rank} on {addresses[rank]} failed: {type(exc).__name__}: {exc}") from exc
                         results[rank] = fut.result()
                 now = time.monotonic()
