@@ -131,7 +131,7 @@ class ServerDCASGD(ServerSGD):
         return super().apply(values, compensated, step)
 
 
-class ServerAdagrad:
+class ServerAdagrad(ServerSGD):
     """Adagrad (Duchi et al. 2011): per-coordinate step lr / sqrt(sum of squared gradients seen so far).
 
     Coordinates that receive many large gradients slow down and rare ones keep a large step, which is why
@@ -144,12 +144,6 @@ class ServerAdagrad:
     def __init__(self, size: int, initial_accumulator: float = 0.1, eps: float = 1e-10) -> None:
         self.accum = np.full(size, initial_accumulator, dtype=np.float32)
         self.eps = np.float32(eps)
-
-    def read(self, version: int, values: np.ndarray) -> None:
-        """A reader got `values` at `version` (AdaGrad needs to remember nothing)."""
-
-    def scale(self, version_read: int | None, version: int | None) -> float:
-        return 1.0
 
     def apply(
         self, values: np.ndarray, grad: np.ndarray, step: float, version_read: int | None = None,
