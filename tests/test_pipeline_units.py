@@ -76,3 +76,35 @@ def test_a_wait_that_times_out_fails_loudly() -> None:
     with pytest.raises(TimeoutError, match="stage 1: .*neighbouring stage dead.*Connection closed"):
         link._wait(_Work(RuntimeError("Connection closed by peer")), "receive of x from stage 0")
     link._wait(_Work(True), "fine")
+
+
+def test_receives_are_posted_ahead_in_the_schedules_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    posted: list[tuple[tuple[int, ...], int]] = []
+
+    def fake_irecv(buf: torch.Tensor, src: int) -> _Work:
+        posted.append((tuple(buf.shape), src))
+        return _Work(True)
+
+    monkeypatch.setattr("dsgd_teach.pipeline.link.dist.irecv", fake_irecv)
+    link = StageLink(1, torch.device("cpu"), 0.5, ahead=2)
+    plan = [((3, 4), 0, "activation of microbatch 0"), ((3, 4), 0, "activation of microbatch 1"),
+            ((3, 2), 2, "gradient of microbatch 1"), ((3, 2), 2, "gradient of microbatch 0")]
+    link.plan(plan)
+    assert posted == [((3, 4), 0), ((3, 4), 0)]  # two posted before the stage asks for anything
+    buf, _ = link.recv((3, 4), 0, "activation of microbatch 0")
+    assert buf.shape == (3, 4) and posted[-1] == ((3, 2), 2)  # the window moved on by one
+    link.recv((3, 4), 0, "activation of microbatch 1")
+    with pytest.raises(RuntimeError, match="expected gradient of microbatch 1 from stage 2"):
+        link.recv((3, 2), 2, "gradient of microbatch 0")
+
+
+def test_bubble_of_all_stages_and_of_the_busiest() -> None:
+    import pandas as pd
+
+    from dsgd_teach.pipeline import measured_bubble
+
+    rows = [(0, "forward", 0.0, 4.0), (0, "backward", 6.0, 4.0), (1, "forward", 4.0, 2.0), (1, "backward", 4.0, 2.0)]
+    trace = pd.DataFrame([{"step": 1, "worker": w, "event": e, "t_start": t, "duration": d} for w, e, t, d in rows])
+    row = measured_bubble(trace).iloc[0]
+    assert row.span_s == 10.0 and row.busy_s == 12.0
+    assert row.bubble == pytest.approx(1 - 12 / 20) and row.bubble_busiest == pytest.approx(1 - 8 / 10)

@@ -63,6 +63,7 @@ def pipeline_rank(ctx: WorkerContext, comm: Comm, config: Any) -> dict[str, Any]
         module.zero_grad(set_to_none=True)
         held: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         loss_sum = 0.0
+        link.plan(_receives(actions, slices, shapes, s, prev, nxt))
         for kind, k in actions:
             rows = slices[k]
             n = rows.stop - rows.start
@@ -121,6 +122,19 @@ def pipeline_rank(ctx: WorkerContext, comm: Comm, config: Any) -> dict[str, Any]
         dist.destroy_process_group(group)
     return {"stage": s, "replica": layout.replica, "params": flat_params(module), "grads": flat_grads(module), "peak_held": peak, "stopped": stopped,
             "staleness": staleness}
+
+
+def _receives(actions: list[tuple[str, int]], slices: list[slice], shapes: list[tuple[int, ...]], s: int,
+              prev: int, nxt: int) -> list[tuple[tuple[int, ...], int, str]]:
+    """What stage s will receive this step, in the order its schedule asks: activations from prev, gradients from nxt."""
+    out = []
+    for kind, k in actions:
+        n = slices[k].stop - slices[k].start
+        if kind == "F" and prev >= 0:
+            out.append(((n, *shapes[s]), prev, f"activation of microbatch {k}"))
+        elif kind == "B" and nxt >= 0:
+            out.append(((n, *shapes[s + 1]), nxt, f"gradient of microbatch {k}"))
+    return out
 
 
 def ctx_now(ctx: WorkerContext) -> float:

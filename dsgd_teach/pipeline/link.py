@@ -2,13 +2,16 @@
 
 Sends are posted without waiting (isend) and collected at the end of the step, so two neighbours that send to
 each other at the same moment (1F1B's steady state) never deadlock; a receive waits at most `timeout_s` and
-then fails loudly, naming the stage, the peer and the microbatch.
+then fails loudly, naming the stage, the peer and the microbatch. A stage knows from its schedule which messages
+it will receive, so it posts the next `ahead` receives early: the data then moves while the stage computes,
+instead of after it asks (as pipeline engines pre-post their receives).
 """
 
 from __future__ import annotations
 
 import datetime
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +26,10 @@ class StageLink:
     stage: int
     device: torch.device
     timeout_s: float
+    ahead: int = 2
     _in_flight: list[tuple[Any, torch.Tensor, str]] = field(default_factory=list)
+    _planned: deque[tuple[tuple[int, ...], int, str]] = field(default_factory=deque)
+    _posted: deque[tuple[Any, torch.Tensor, int, str]] = field(default_factory=deque)
 
     def _wait(self, work: Any, what: str) -> None:
         try:
@@ -40,14 +46,34 @@ class StageLink:
         self._in_flight.append((dist.isend(tensor, dst), tensor, f"send of {what} to stage {dst}"))
         return tensor.numel() * tensor.element_size()
 
+    def plan(self, receives: list[tuple[tuple[int, ...], int, str]]) -> None:
+        """The (shape, src, what) this step will receive, in order; the first `ahead` are posted now."""
+        self._planned = deque(receives)
+        self._top_up()
+
+    def _top_up(self) -> None:
+        while self._planned and len(self._posted) < self.ahead:
+            shape, src, what = self._planned.popleft()
+            buf = torch.empty(shape, dtype=torch.float32, device=self.device)
+            self._posted.append((dist.irecv(buf, src), buf, src, what))
+
     def recv(self, shape: tuple[int, ...], src: int, what: str) -> tuple[torch.Tensor, float]:
         """Receive a float32 tensor of `shape` from stage src; (tensor, seconds spent waiting)."""
-        buf = torch.empty(shape, dtype=torch.float32, device=self.device)
+        if self._posted:  # the schedule's next receive, posted early
+            work, buf, planned_src, planned_what = self._posted.popleft()
+            if (planned_src, planned_what, tuple(buf.shape)) != (src, what, tuple(shape)):
+                raise RuntimeError(f"stage {self.stage}: expected {planned_what} from stage {planned_src}, "
+                                   f"asked for {what} from stage {src}")
+        else:
+            buf = torch.empty(shape, dtype=torch.float32, device=self.device)
+            work = dist.irecv(buf, src)
         t = time.perf_counter()
-        self._wait(dist.irecv(buf, src), f"receive of {what} from stage {src}")
+        self._wait(work, f"receive of {what} from stage {src}")
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
-        return buf, time.perf_counter() - t
+        waited = time.perf_counter() - t
+        self._top_up()
+        return buf, waited
 
     def finish(self) -> None:
         """Wait (bounded) until every posted send has been delivered."""
