@@ -13,6 +13,7 @@ import ctypes
 import importlib
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from distributed import Client
@@ -68,21 +69,36 @@ class CourseSettings(WorkerPlugin):
             torch.set_num_threads(self._previous_threads)
 
 
-def _host_cores() -> tuple[str, int]:
+def _machine_cores() -> tuple[str, int]:
+    """(this machine's identity, its cores): the kernel's boot id, shared by every network namespace on it."""
     from .cluster import cpu_count
 
-    return os.uname().nodename, cpu_count()
+    try:
+        machine = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        machine = os.uname().nodename
+    return machine, cpu_count()
 
 
 def threads_by_host(client: Client) -> dict[str, int]:
-    """floor(cores of the host / workers on that host), at least 1, for every host with workers now."""
+    """floor(cores of the machine / workers on that machine), at least 1, for every worker address's host.
+
+    Workers are counted per machine, not per address: emulated hosts (dsgd_teach.hosts) give each worker its own
+    address on one machine, and giving each of them all the machine's cores oversubscribes it (measured: torch's
+    spinning intra-op threads made each step of a ring allreduce over four such hosts several times slower).
+    """
     from .workers import host_of
 
-    cores = client.run(_host_cores)  # {address: (nodename, cores)}
-    per_host: dict[str, list[int]] = {}
-    for address, (_, n) in cores.items():
-        per_host.setdefault(host_of(address), []).append(n)
-    return {h: max(1, min(ns) // len(ns)) for h, ns in per_host.items()}
+    cores = client.run(_machine_cores)  # {address: (machine, cores)}
+    per_machine: dict[str, list[int]] = {}
+    for machine, n in cores.values():
+        per_machine.setdefault(machine, []).append(n)
+    share = {m: max(1, min(ns) // len(ns)) for m, ns in per_machine.items()}
+    out: dict[str, int] = {}
+    for address, (machine, _) in cores.items():
+        host = host_of(address)
+        out[host] = min(out.get(host, share[machine]), share[machine])
+    return out
 
 
 def apply(client: Client) -> str:
