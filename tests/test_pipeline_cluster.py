@@ -86,6 +86,32 @@ def test_decoupled_with_delay_zero_is_the_exact_pipeline(cluster4: Client) -> No
     assert np.abs(delayed.params - exact.params).max() > 1e-4  # and that is a different trajectory
     updates = delayed.trace[delayed.trace.event.isin(["update", "stage_update"])]
     assert set(updates.groupby("worker").staleness.first()) == {2, 1, 0}
+    stopped = run_pipeline(delayed_cfg.replace(steps=500, gradient_delay=2), cluster4,
+                           on_update=_stop_after_first_update)  # gradients already sent are drained, no hang
+    assert stopped.stopped and stopped.summary["steps"] < 500
+    assert not any(cluster4.run(torch.distributed.is_initialized).values())
+    hybrid_cfg = delayed_cfg.replace(stages=2, replicas=2, microbatches=3, steps=5)
+    _assert_matches_reference(run_pipeline(hybrid_cfg, cluster4), hybrid_cfg)
+
+
+def _stop_after_first_update(event: dict) -> None:
+    if event["event"] == "update":
+        raise StopRequested
+
+
+@pytest.mark.timeout(120)
+def test_decoupled_stages_start_their_backward_before_the_next_stage_has_finished_its_own(cluster4: Client) -> None:
+    """No backward locking: in GPipe, stage 0 needs stage 1's first backward of the step before its own can start."""
+    config = SMALL.replace(stages=2, microbatches=4, hidden=256, depth=8, batch_size=256, steps=9)
+    work = {}
+    for schedule in ("gpipe", "decoupled"):
+        trace = run_pipeline(config.replace(schedule=schedule), cluster4).trace
+        backward = trace[(trace.event == "backward") & (trace.step >= 1)]
+        first_start = backward.groupby(["step", "worker"]).t_start.min().unstack()
+        first_end = (backward.t_start + backward.duration).groupby([backward.step, backward.worker]).min().unstack()
+        work[schedule] = (first_start[0] < first_end[1]).mean()  # share of steps stage 0 did not wait for stage 1
+    assert work["gpipe"] == 0.0
+    assert work["decoupled"] >= 0.75, work
 
 
 @pytest.mark.timeout(120)

@@ -28,6 +28,15 @@ def test_equal_stages_and_free_messages_give_the_formula(p: int, m: int) -> None
         np.testing.assert_array_equal(held, want)
 
 
+@pytest.mark.parametrize(("p", "m"), [(2, 8), (4, 3), (64, 256)])
+def test_decoupled_backwards_wait_for_no_other_stage(p: int, m: int) -> None:
+    r = run_pipeline_simulated(PipelineSimConfig(stages=p, microbatches=m, schedule="decoupled", link_s=0.0))
+    assert r.summary["step_s"] == pytest.approx((m + p - 1) * 1e-3 + m * 2e-3)  # only the forwards fill
+    assert r.summary["bubble"] == pytest.approx(ideal_bubble(p, m, "decoupled", 2.0), abs=1e-9)
+    assert r.summary["ideal_bubble"] == pytest.approx((p - 1) / (3 * m + p - 1))
+    assert r.summary["bubble"] < ideal_bubble(p, m)  # below GPipe's
+
+
 def test_naive_and_messages() -> None:
     naive = run_pipeline_simulated(PipelineSimConfig(stages=4, microbatches=3, schedule="naive", link_s=0.5))
     assert naive.summary["step_s"] == pytest.approx(3 * (4 * 3e-3 + 2 * 3 * 0.5))  # every message on the path

@@ -5,6 +5,8 @@ GPipe, ...) so machine noise hits both alike. Quoted: gpipe_over_naive_step_rati
 2m/(m+1) = 1.78 when the two stages run on cores of their own) and the measured GPipe bubble against
 (p-1)/(m+p-1) = 1/9 (goal: within 15 %). The bubble is the idle fraction of both stages together; the busiest
 stage's own idle fraction is quoted beside it, to tell the schedule's bubble from stages of unequal speed.
+Decoupled backprop (gradient delay 1) runs in the same rounds: its step time against GPipe's
+(gpipe_over_decoupled_step_ratio, > 1 when unlocking the backwards pays) and its bubble against its own ideal.
 """
 
 from __future__ import annotations
@@ -22,14 +24,17 @@ CONFIG = PipelineConfig(stages=2, microbatches=8, depth=8, hidden=512, batch_siz
 
 def _measure(device: str, rounds: int = 3) -> dict[str, float]:
     """Median step time of naive and GPipe over `rounds` interleaved runs, and GPipe's median bubble."""
-    steps: dict[str, list[float]] = {"naive": [], "gpipe": []}
+    steps: dict[str, list[float]] = {"naive": [], "gpipe": [], "decoupled": []}
     bubbles: list[float] = []
     busiest: list[float] = []
+    decoupled: list[tuple[float, float]] = []
     with start_client(2, quiet=True, use_gpu=device == "cuda") as client:
         for _ in range(rounds):
-            for schedule in ("naive", "gpipe"):
-                result = run_pipeline(CONFIG.replace(schedule=schedule, device=device), client)
+            for schedule in ("naive", "gpipe", "decoupled"):
+                result = run_pipeline(CONFIG.replace(schedule=schedule, device=device, gradient_delay=1), client)
                 steps[schedule].append(result.summary["median_step_s"])
+                if schedule == "decoupled":
+                    decoupled.append((result.summary["bubble"], result.summary["ideal_bubble"]))
                 if schedule == "gpipe":
                     bubbles.append(result.summary["bubble"])
                     busiest.append(result.summary["bubble_busiest_stage"])
@@ -39,7 +44,11 @@ def _measure(device: str, rounds: int = 3) -> dict[str, float]:
             "gpipe_over_naive_step_ratio": round(naive / gpipe, 3),
             "gpipe_bubble": round(bubble, 4), "ideal_bubble": round(ideal, 4),
             "gpipe_bubble_over_ideal_ratio": round(bubble / ideal, 3),
-            "gpipe_bubble_busiest_stage": round(statistics.median(busiest), 4)}
+            "gpipe_bubble_busiest_stage": round(statistics.median(busiest), 4),
+            "decoupled_step_s": round(statistics.median(steps["decoupled"]), 4),
+            "gpipe_over_decoupled_step_ratio": round(gpipe / statistics.median(steps["decoupled"]), 3),
+            "decoupled_bubble": round(statistics.median(b for b, _ in decoupled), 4),
+            "decoupled_ideal_bubble": round(statistics.median(i for _, i in decoupled), 4)}
 
 
 def measure() -> dict[str, float | str]:

@@ -17,6 +17,7 @@ from ..config import Config, check_choice, check_float, check_int
 from ..problem import ProblemSpec, get_problem
 from ..sgd import batch_indices
 from ..trace import OnUpdate, Result, TraceRecorder
+from .decoupled import decoupled_rank
 from .engine import pipeline_rank
 from .schedules import SCHEDULES, ideal_bubble
 from .stages import PIPELINE_MODELS, build_units, stage_bounds
@@ -29,8 +30,9 @@ class PipelineConfig(Config):
     """Train a `depth`-layer MLP (or the course CNN) on digits split into `stages` stages, one per worker.
 
     With replicas > 1, each of `replicas` copies of the pipeline takes an equal share of the batch and the
-    copies of each stage average their gradients (hybrid parallelism). Each step's batch is cut into `microbatches` pieces run by `schedule`; "decoupled" runs GPipe's order but
-    stage s applies the gradient from gradient_delay*(stages-1-s) steps ago (Huo et al., 2018).
+    copies of each stage average their gradients (hybrid parallelism). Each step's batch is cut into
+    `microbatches` pieces run by `schedule`; "decoupled" (Huo et al., 2018; decoupled.py) lets stage s
+    back-propagate the batch of gradient_delay*(stages-1-s) steps ago, without waiting for the next stage.
     """
 
     model: str = "mlp"
@@ -95,7 +97,8 @@ def training_data(config: Any) -> tuple[np.ndarray, np.ndarray]:
 def reference_training(config: PipelineConfig) -> tuple[np.ndarray, np.ndarray, list[float]]:
     """The oracle: the whole model in one process, whole batches, same SGD (and the same per-stage delays).
 
-    Returns (final parameters, last step's gradient, loss per step), flat in stage order.
+    Returns (final parameters, the last gradient each stage computed, loss per step), flat in stage order; with
+    delays, stage s last computed the gradient of step steps-1-staleness(s) (zeros when there was none).
     """
     X_all, y_all = training_data(config)
     units = build_units(config.model, X_all.shape[1], 10, config.depth, config.hidden, config.seed)
@@ -103,6 +106,7 @@ def reference_training(config: PipelineConfig) -> tuple[np.ndarray, np.ndarray, 
     bounds = stage_bounds(len(units), config.stages)
     groups = [[p for u in units[a:b] for p in u.parameters()] for a, b in bounds]
     waiting: list[list[list[torch.Tensor]]] = [[] for _ in bounds]
+    computed: list[list[list[torch.Tensor]]] = []  # per step, each stage's gradient of that step's batch
     losses = []
     for step in range(config.steps):
         idx = batch_indices(len(y_all), config.batch_size, step, config.seed)
@@ -110,14 +114,17 @@ def reference_training(config: PipelineConfig) -> tuple[np.ndarray, np.ndarray, 
         loss = nn.functional.cross_entropy(model(torch.as_tensor(X_all[idx])), torch.as_tensor(y_all[idx]))
         loss.backward()
         losses.append(float(loss.item()))
+        computed.append([[p.grad.clone() for p in params] for params in groups])
         with torch.no_grad():
             for s, params in enumerate(groups):
-                waiting[s].append([p.grad.clone() for p in params])
+                waiting[s].append(computed[-1][s])
                 if len(waiting[s]) > config.stage_staleness(s):
                     for p, g in zip(params, waiting[s].pop(0), strict=True):
                         p -= config.lr * g
     flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy()
-    grads = torch.cat([p.grad.reshape(-1) for p in model.parameters()]).numpy()
+    last = [computed[config.steps - 1 - config.stage_staleness(s)][s] if config.steps > config.stage_staleness(s)
+            else [torch.zeros_like(p) for p in params] for s, params in enumerate(groups)]
+    grads = torch.cat([g.reshape(-1) for stage in last for g in stage]).numpy()
     return flat, grads, losses
 
 
@@ -147,7 +154,8 @@ def run_pipeline(config: PipelineConfig, client: Client, on_update: OnUpdate | N
     recorder = TraceRecorder(on_update)
     world = config.stages * config.replicas
     spec = plan_group(client, world, config.device, config.timeout_s)
-    outs, stopped = run_in_group(client, spec, pipeline_rank, [(config,)] * world, recorder, config.run_timeout_s)
+    rank_fn = decoupled_rank if config.schedule == "decoupled" and config.gradient_delay > 0 else pipeline_rank
+    outs, stopped = run_in_group(client, spec, rank_fn, [(config,)] * world, recorder, config.run_timeout_s)
     trace = recorder.frame()
     every = [o for o in outs if o is not None]
     done = [o for o in every if o["replica"] == 0]
@@ -155,7 +163,10 @@ def run_pipeline(config: PipelineConfig, client: Client, on_update: OnUpdate | N
     updates = trace[trace.event == "update"].sort_values("step")
     bubble = measured_bubble(trace)
     steady = bubble[bubble.step > 0] if len(bubble) > 1 else bubble  # step 0 pays for warming up
-    schedule = "gpipe" if config.schedule == "decoupled" else config.schedule
+    schedule = "gpipe" if config.schedule == "decoupled" and config.gradient_delay == 0 else config.schedule
+    work = trace[trace.event.isin(["forward", "backward"])] if len(trace) else trace
+    ratio = (float(work[work.event == "backward"].duration.median() / work[work.event == "forward"].duration.median())
+             if len(work) else 2.0)
     summary: dict[str, Any] = {
         "wall_s": time.perf_counter() - t0,
         "steps": len(updates),
@@ -165,7 +176,7 @@ def run_pipeline(config: PipelineConfig, client: Client, on_update: OnUpdate | N
         "median_step_s": float(steady.span_s.median()) if len(steady) else float("nan"),
         "bubble": float(steady.bubble.median()) if len(steady) else float("nan"),
         "bubble_busiest_stage": float(steady.bubble_busiest.median()) if len(steady) else float("nan"),
-        "ideal_bubble": ideal_bubble(config.stages, config.microbatches, schedule),
+        "ideal_bubble": ideal_bubble(config.stages, config.microbatches, schedule, ratio),
         "max_held": int(max((o["peak_held"] for o in done), default=0)),
         "max_replica_divergence": max((float(np.max(np.abs(o["params"] - done[o["stage"]]["params"]), initial=0.0))
                                        for o in every if len(done) == config.stages), default=0.0),

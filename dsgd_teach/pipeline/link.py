@@ -27,7 +27,7 @@ class StageLink:
     device: torch.device
     timeout_s: float
     ahead: int = 2
-    _in_flight: list[tuple[Any, torch.Tensor, str]] = field(default_factory=list)
+    _in_flight: list[tuple[Any, torch.Tensor, str, int]] = field(default_factory=list)
     _planned: deque[tuple[tuple[int, ...], int, str]] = field(default_factory=deque)
     _posted: deque[tuple[Any, torch.Tensor, int, str]] = field(default_factory=deque)
 
@@ -40,10 +40,10 @@ class StageLink:
         if done is False:
             raise TimeoutError(f"stage {self.stage}: {what} did not complete within {self.timeout_s} s")
 
-    def send(self, tensor: torch.Tensor, dst: int, what: str) -> int:
-        """Post tensor to stage dst and return its size in bytes (the wait happens in finish())."""
+    def send(self, tensor: torch.Tensor, dst: int, what: str, due: int = 0) -> int:
+        """Post tensor to stage dst and return its size in bytes (the wait happens in a finish() at step >= due)."""
         tensor = tensor.detach().contiguous()
-        self._in_flight.append((dist.isend(tensor, dst), tensor, f"send of {what} to stage {dst}"))
+        self._in_flight.append((dist.isend(tensor, dst), tensor, f"send of {what} to stage {dst}", due))
         return tensor.numel() * tensor.element_size()
 
     def plan(self, receives: list[tuple[tuple[int, ...], int, str]]) -> None:
@@ -75,8 +75,9 @@ class StageLink:
         self._top_up()
         return buf, waited
 
-    def finish(self) -> None:
-        """Wait (bounded) until every posted send has been delivered."""
-        in_flight, self._in_flight = self._in_flight, []
-        for work, _tensor, what in in_flight:
+    def finish(self, step: float = float("inf")) -> None:
+        """Wait (bounded) until every posted send due by `step` has been delivered (default: every send)."""
+        due = [f for f in self._in_flight if f[3] <= step]
+        self._in_flight = [f for f in self._in_flight if f[3] > step]
+        for work, _tensor, what, _due in due:
             self._wait(work, what)

@@ -24,8 +24,14 @@ def peak_held(actions: list[Action]) -> int:
     return peak
 
 
-def ideal_bubble(stages: int, microbatches: int, schedule: str = "gpipe") -> float:
-    """Idle fraction of each stage when all stages take equal time and messages are free."""
+def ideal_bubble(stages: int, microbatches: int, schedule: str = "gpipe", backward_over_forward: float = 2.0) -> float:
+    """Idle fraction of each stage when all stages take equal time and messages are free.
+
+    Decoupled backprop keeps only the forward fill, (p-1) forwards per stage, against a step of (m+p-1)
+    forwards and m backwards, so its bubble depends on how long a backward takes against a forward.
+    """
     if schedule == "naive":
         return (stages - 1) / stages
+    if schedule == "decoupled":
+        return (stages - 1) / (microbatches + stages - 1 + microbatches * backward_over_forward)
     return (stages - 1) / (microbatches + stages - 1)

@@ -21,6 +21,7 @@ from ..pipeline.schedules import SCHEDULES, ideal_bubble
 from ..trace import OnUpdate, Result, to_frame
 
 MAX_SIM_STAGES, MAX_SIM_MICROBATCHES = 64, 256
+SIM_SCHEDULES = (*SCHEDULES, "decoupled")  # decoupled: GPipe's order, but a backward waits for no other stage
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,7 @@ class PipelineSimConfig(Config):
     def validate(self) -> None:
         check_int("stages", self.stages, 1, MAX_SIM_STAGES)
         check_int("microbatches", self.microbatches, 1, MAX_SIM_MICROBATCHES)
-        check_choice("schedule", self.schedule, tuple(SCHEDULES))
+        check_choice("schedule", self.schedule, SIM_SCHEDULES)
         check_float("forward_s", self.forward_s, 0.0, 3600.0, lo_open=True)
         check_float("backward_s", self.backward_s, 0.0, 3600.0, lo_open=True)
         check_float("link_s", self.link_s, 0.0, 3600.0)
@@ -46,7 +47,8 @@ class PipelineSimConfig(Config):
 def simulate_schedule(config: PipelineSimConfig) -> pd.DataFrame:
     """Start, duration and activations held of every action of one step (one row each)."""
     p, m = config.stages, config.microbatches
-    actions = [SCHEDULES[config.schedule](p, m, s) for s in range(p)]
+    decoupled = config.schedule == "decoupled"
+    actions = [SCHEDULES["gpipe" if decoupled else config.schedule](p, m, s) for s in range(p)]
     done: dict[tuple[str, int, int], float] = {}  # (kind, microbatch, stage) -> finish time
     free, nxt, held = [0.0] * p, [0] * p, [0] * p
     rows, remaining = [], sum(len(a) for a in actions)
@@ -58,7 +60,7 @@ def simulate_schedule(config: PipelineSimConfig) -> pd.DataFrame:
                 if kind == "F":
                     dep = None if s == 0 else ("F", k, s - 1)
                 else:
-                    dep = ("F", k, s) if s == p - 1 else ("B", k, s + 1)
+                    dep = ("F", k, s) if s == p - 1 else None if decoupled else ("B", k, s + 1)
                 if dep is not None and dep not in done:
                     break
                 ready = 0.0 if dep is None else done[dep] + (config.link_s if dep[2] != s else 0.0)
@@ -86,7 +88,8 @@ def run_pipeline_simulated(config: PipelineSimConfig, client: Any = None, on_upd
         "wall_s": time.perf_counter() - t0,
         "step_s": float(bubble.span_s.iloc[0]),
         "bubble": float(bubble.bubble.iloc[0]),
-        "ideal_bubble": ideal_bubble(config.stages, config.microbatches, config.schedule),
+        "ideal_bubble": ideal_bubble(config.stages, config.microbatches, config.schedule,
+                                     config.backward_s / config.forward_s),
         "max_held": int(trace.held.max()),
     }
     return Result(config, trace, summary)
@@ -111,7 +114,7 @@ def calibrate_pipeline(config: PipelineConfig, client: Any) -> dict[str, float]:
 
 def simulated_from(config: PipelineConfig, costs: dict[str, float], **changes: Any) -> PipelineSimConfig:
     """The simulator's config for `config` (schedule, stages, microbatches) with calibrated costs."""
-    schedule = "gpipe" if config.schedule == "decoupled" else config.schedule
+    schedule = "gpipe" if config.schedule == "decoupled" and config.gradient_delay == 0 else config.schedule
     fields = {"stages": config.stages, "microbatches": config.microbatches, "schedule": schedule,
               "forward_s": costs["forward_s"], "backward_s": costs["backward_s"], "link_s": costs["link_s"]}
     return PipelineSimConfig(**{**fields, **changes})
