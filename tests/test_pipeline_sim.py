@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from dsgd_teach.experiments import get
-from dsgd_teach.pipeline import PipelineConfig, ideal_bubble
+from dsgd_teach.pipeline import PipelineConfig, ideal_bubble, measured_bubble
 from dsgd_teach.sim.pipeline import (
     PipelineSimConfig,
     bubble_table,
@@ -35,6 +35,8 @@ def test_decoupled_backwards_wait_for_no_other_stage(p: int, m: int) -> None:
     assert r.summary["bubble"] == pytest.approx(ideal_bubble(p, m, "decoupled", 2.0), abs=1e-9)
     assert r.summary["ideal_bubble"] == pytest.approx((p - 1) / (3 * m + p - 1))
     assert r.summary["bubble"] < ideal_bubble(p, m)  # below GPipe's
+    gpipe = run_pipeline_simulated(PipelineSimConfig(stages=p, microbatches=m, schedule="gpipe", link_s=0.0))
+    assert measured_bubble(gpipe.trace).waiting.iloc[0] == pytest.approx(ideal_bubble(p, m))  # all of it waiting
 
 
 def test_naive_and_messages() -> None:

@@ -108,3 +108,11 @@ def test_bubble_of_all_stages_and_of_the_busiest() -> None:
     row = measured_bubble(trace).iloc[0]
     assert row.span_s == 10.0 and row.busy_s == 12.0
     assert row.bubble == pytest.approx(1 - 12 / 20) and row.bubble_busiest == pytest.approx(1 - 8 / 10)
+    # stage 0 idles 2 s between its actions, stage 1 4 s before and 4 s after: a traced 1.5 s wait of stage 0 is
+    # waiting, the other 0.5 s overhead; stage 1's wait before its first action is counted once, in its lead
+    rows = [(0, "forward", 0.0, 4.0), (0, "backward", 6.0, 4.0), (1, "forward", 4.0, 1.0), (1, "backward", 5.0, 1.0),
+            (0, "idle", 4.2, 1.5), (1, "idle", 0.0, 4.0)]
+    trace = pd.DataFrame([{"step": 1, "worker": w, "event": e, "t_start": t, "duration": d} for w, e, t, d in rows])
+    row = measured_bubble(trace).iloc[0]
+    assert row.bubble == pytest.approx(1 - 10 / 20)
+    assert row.waiting == pytest.approx((1.5 + 8.0) / 20) and row.overhead == pytest.approx(0.5 / 20)

@@ -4,7 +4,9 @@ Both schedules train the same model on the same batches in the same cluster, int
 GPipe, ...) so machine noise hits both alike. Quoted: gpipe_over_naive_step_ratio (goal >= 1.5; ideal
 2m/(m+1) = 1.78 when the two stages run on cores of their own) and the measured GPipe bubble against
 (p-1)/(m+p-1) = 1/9 (goal: within 15 %). The bubble is the idle fraction of both stages together; the busiest
-stage's own idle fraction is quoted beside it, to tell the schedule's bubble from stages of unequal speed.
+stage's own idle fraction is quoted beside it, to tell the schedule's bubble from stages of unequal speed, and
+the part of the bubble spent waiting (at the ends of the step or blocked on a message), to tell it from the
+per-message overhead between actions.
 Decoupled backprop (gradient delay 1) runs in the same rounds: its step time against GPipe's
 (gpipe_over_decoupled_step_ratio, > 1 when unlocking the backwards pays) and its bubble against its own ideal.
 """
@@ -27,6 +29,7 @@ def _measure(device: str, rounds: int = 3) -> dict[str, float]:
     steps: dict[str, list[float]] = {"naive": [], "gpipe": [], "decoupled": []}
     bubbles: list[float] = []
     busiest: list[float] = []
+    waiting: list[float] = []
     decoupled: list[tuple[float, float]] = []
     with start_client(2, quiet=True, use_gpu=device == "cuda") as client:
         for _ in range(rounds):
@@ -38,6 +41,7 @@ def _measure(device: str, rounds: int = 3) -> dict[str, float]:
                 if schedule == "gpipe":
                     bubbles.append(result.summary["bubble"])
                     busiest.append(result.summary["bubble_busiest_stage"])
+                    waiting.append(result.summary["bubble_waiting"])
                     ideal = result.summary["ideal_bubble"]
     naive, gpipe, bubble = statistics.median(steps["naive"]), statistics.median(steps["gpipe"]), statistics.median(bubbles)
     return {"naive_step_s": round(naive, 4), "gpipe_step_s": round(gpipe, 4),
@@ -45,6 +49,7 @@ def _measure(device: str, rounds: int = 3) -> dict[str, float]:
             "gpipe_bubble": round(bubble, 4), "ideal_bubble": round(ideal, 4),
             "gpipe_bubble_over_ideal_ratio": round(bubble / ideal, 3),
             "gpipe_bubble_busiest_stage": round(statistics.median(busiest), 4),
+            "gpipe_bubble_waiting": round(statistics.median(waiting), 4),
             "decoupled_step_s": round(statistics.median(steps["decoupled"]), 4),
             "gpipe_over_decoupled_step_ratio": round(gpipe / statistics.median(steps["decoupled"]), 3),
             "decoupled_bubble": round(statistics.median(b for b, _ in decoupled), 4),

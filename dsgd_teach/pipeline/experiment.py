@@ -132,11 +132,13 @@ def measured_bubble(trace: pd.DataFrame) -> pd.DataFrame:
     """Per step: span from the first action's start to the last's end, busy time, and the idle fraction.
 
     `bubble` is the idle fraction of all stages together; `bubble_busiest` that of the busiest stage alone, which
-    leaves out the idling that comes from stages of unequal speed (the formula assumes equal stages).
+    leaves out the idling that comes from stages of unequal speed (the formula assumes equal stages). The bubble
+    splits into `waiting` (before a stage's first action, after its last, and blocked on a message: what the
+    schedule makes a stage wait) and `overhead` (the rest: posting messages and bookkeeping between actions).
     """
     work = trace[trace.event.isin(["forward", "backward"])]
     if not len(work):
-        return pd.DataFrame(columns=["step", "span_s", "busy_s", "bubble", "bubble_busiest"])
+        return pd.DataFrame(columns=["step", "span_s", "busy_s", "bubble", "bubble_busiest", "waiting", "overhead"])
     end = work.t_start + work.duration
     g = work.assign(end=end).groupby("step")
     stages = work.worker.nunique()
@@ -145,7 +147,22 @@ def measured_bubble(trace: pd.DataFrame) -> pd.DataFrame:
                         "busiest_s": busiest}).reset_index()
     out["bubble"] = 1.0 - out.busy_s / (stages * out.span_s)
     out["bubble_busiest"] = 1.0 - out.busiest_s / out.span_s
+    out["waiting"] = _waiting(trace, work.assign(end=end)).reindex(out.step).to_numpy() / (stages * out.span_s)
+    out["overhead"] = out.bubble - out.waiting
     return out
+
+
+def _waiting(trace: pd.DataFrame, work: pd.DataFrame) -> pd.Series:
+    """Seconds per step the stages spent before their first action, after their last, or in a traced wait."""
+    per_stage = work.groupby(["step", "worker"]).agg(first=("t_start", "min"), last=("end", "max"))
+    steps = per_stage.groupby("step").agg(start=("first", "min"), stop=("last", "max"))
+    per_stage = per_stage.join(steps, on="step")
+    edges = (per_stage["first"] - per_stage.start) + (per_stage.stop - per_stage["last"])
+    idle = trace.loc[trace.event == "idle", ["step", "worker", "t_start", "duration"]]
+    idle = idle.merge(per_stage.reset_index(), on=["step", "worker"])
+    inside = idle[(idle.t_start >= idle["first"]) & (idle.t_start < idle["last"])]
+    blocked = inside.groupby(["step", "worker"]).duration.sum()
+    return edges.add(blocked, fill_value=0.0).groupby("step").sum()
 
 
 def run_pipeline(config: PipelineConfig, client: Client, on_update: OnUpdate | None = None) -> Result:
@@ -176,6 +193,7 @@ def run_pipeline(config: PipelineConfig, client: Client, on_update: OnUpdate | N
         "median_step_s": float(steady.span_s.median()) if len(steady) else float("nan"),
         "bubble": float(steady.bubble.median()) if len(steady) else float("nan"),
         "bubble_busiest_stage": float(steady.bubble_busiest.median()) if len(steady) else float("nan"),
+        "bubble_waiting": float(steady.waiting.median()) if len(steady) else float("nan"),
         "ideal_bubble": ideal_bubble(config.stages, config.microbatches, schedule, ratio),
         "max_held": int(max((o["peak_held"] for o in done), default=0)),
         "max_replica_divergence": max((float(np.max(np.abs(o["params"] - done[o["stage"]]["params"]), initial=0.0))

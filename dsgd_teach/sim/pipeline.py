@@ -65,6 +65,9 @@ def simulate_schedule(config: PipelineSimConfig) -> pd.DataFrame:
                     break
                 ready = 0.0 if dep is None else done[dep] + (config.link_s if dep[2] != s else 0.0)
                 start = max(free[s], ready)
+                if nxt[s] and start > free[s]:  # blocked on a message after the stage has begun: traced as idle
+                    rows.append({"worker": s, "step": 0, "event": "idle", "microbatch": k, "t_start": free[s],
+                                 "duration": start - free[s], "held": held[s], "time": start})
                 duration = config.forward_s if kind == "F" else config.backward_s
                 free[s] = done[(kind, k, s)] = start + duration
                 held[s] += 1 if kind == "F" else -1
