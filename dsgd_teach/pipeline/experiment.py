@@ -213,6 +213,7 @@ def sweep_microbatches(base: PipelineConfig, client: Client, microbatches: tuple
     for m in microbatches:
         result = run_pipeline(base.replace(microbatches=m), client)
         rows.append({"stages": base.stages, "microbatches": m, "schedule": base.schedule,
-                     "bubble": result.summary["bubble"], "ideal_bubble": result.summary["ideal_bubble"],
+                     "bubble": result.summary["bubble"], "waiting": result.summary["bubble_waiting"],
+                     "ideal_bubble": result.summary["ideal_bubble"],
                      "step_s": result.summary["median_step_s"], "max_held": result.summary["max_held"]})
     return pd.DataFrame(rows)

@@ -46,6 +46,8 @@ def plot_bubble(ax: Axes, table: pd.DataFrame) -> None:
     for p, rows in table.groupby("stages"):
         rows = rows.sort_values("microbatches")
         line = ax.plot(rows.microbatches, rows.bubble, "o", label=f"measured, p={p}")[0]
+        if "waiting" in rows:  # the part spent waiting; the gap up to the dot is per-message overhead
+            ax.plot(rows.microbatches, rows.waiting, "x", color=line.get_color(), label=f"of it waiting, p={p}")
         m = np.arange(1, int(rows.microbatches.max()) + 1)
         ax.plot(m, [ideal_bubble(int(p), int(k)) for k in m], "-", color=line.get_color(), alpha=0.6,
                 label=f"(p-1)/(m+p-1), p={p}")
