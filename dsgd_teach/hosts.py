@@ -130,8 +130,8 @@ def up(n_hosts: int, rate: str | None = None, tag: str | None = None) -> Hosts:
     return hosts
 
 
-#: Token-bucket depth (4 KB). A deeper bucket (64 KB) was tried: it let short transfers run above the rate and
-#: did not speed the ring up (see dsgd_teach/bench/shaped_hosts.py).
+#: Token-bucket depth (4 KB). A deeper bucket (64 KB) lets short transfers run above the rate, so the α-β fit
+#: of dsgd_teach/bench/shaped_hosts.py would read a faster link for small messages than for large ones.
 BURST = "32kbit"
 
 
