@@ -110,7 +110,8 @@ def _backward_old_batch(ctx: WorkerContext, link: StageLink, pending: tuple[dict
     """Back-propagate the batch of step `old` through the weights its forward used; its parameter gradient."""
     s, prev, nxt, delay = where
     graphs, params = pending
-    total = [torch.zeros_like(q) for q in params]
+    for q in params:  # these objects may also hold an older batch's gradient (no update came in between)
+        q.grad = None
     for k in reversed(range(m)):
         x, out = graphs.pop(k)
         grad = None
@@ -118,19 +119,16 @@ def _backward_old_batch(ctx: WorkerContext, link: StageLink, pending: tuple[dict
             grad, wait = link.recv(tuple(out.shape), nxt, f"gradient of microbatch {k}")
             ctx.emit(step=step, event="idle", microbatch=k, duration=wait, t_start=ctx_now(ctx) - wait)
         t = ctx_now(ctx)
-        inputs = [x, *params] if x.requires_grad else params
-        grads = torch.autograd.grad(out, inputs, grad_outputs=grad, allow_unused=True)
-        if x.requires_grad:
-            x_grad, grads = grads[0], grads[1:]
-        for acc, g in zip(total, grads, strict=True):
-            if g is not None:
-                acc += g
-        _sync(total[0].device if total else torch.device("cpu"))
+        out.backward(grad)  # accumulates into the stashed parameters' .grad (and x.grad), as in GPipe
+        _sync(x.device)
         ctx.emit(step=step, event="backward", microbatch=k, t_start=t, duration=ctx_now(ctx) - t, batch=old,
                  held=len(graphs))
         if prev >= 0 and step + delay < steps:  # the previous stage uses it `delay` steps from now
-            sent = link.send(x_grad, prev, f"gradient of microbatch {k}", due=step + delay)
+            sent = link.send(x.grad, prev, f"gradient of microbatch {k}", due=step + delay)
             ctx.emit(step=step, event="send", microbatch=k, peer=prev, bytes_sent=sent)
+    total = [q.grad if q.grad is not None else torch.zeros_like(q) for q in params]
+    for q in params:
+        q.grad = None
     return total
 
 
