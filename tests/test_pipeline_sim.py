@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from dsgd_teach.experiments import get
@@ -10,6 +11,7 @@ from dsgd_teach.pipeline import PipelineConfig, ideal_bubble, measured_bubble
 from dsgd_teach.sim.pipeline import (
     PipelineSimConfig,
     bubble_table,
+    bubble_with_free_messages,
     calibrate_pipeline,
     run_pipeline_simulated,
     simulate_schedule,
@@ -37,6 +39,19 @@ def test_decoupled_backwards_wait_for_no_other_stage(p: int, m: int) -> None:
     assert r.summary["bubble"] < ideal_bubble(p, m)  # below GPipe's
     gpipe = run_pipeline_simulated(PipelineSimConfig(stages=p, microbatches=m, schedule="gpipe", link_s=0.0))
     assert measured_bubble(gpipe.trace).waiting.iloc[0] == pytest.approx(ideal_bubble(p, m))  # all of it waiting
+
+
+def test_replaying_a_trace_with_free_messages() -> None:
+    config = PipelineConfig(stages=2, microbatches=3, schedule="gpipe")
+    equal = simulate_schedule(PipelineSimConfig(stages=2, microbatches=3, schedule="gpipe", link_s=0.7))
+    equal = pd.concat([equal.assign(step=1), equal.assign(step=2)])  # slow messages, equal actions
+    assert bubble_with_free_messages(equal, config) == pytest.approx(ideal_bubble(2, 3))  # messages dropped
+    uneven = equal.copy()
+    uneven.loc[(uneven.worker == 0) & (uneven.event == "backward"), "duration"] = 4e-3  # stage 0: b = 4f
+    # stage 1's first backward ends at 1 + 3 + 2 = 6 ms; stage 0's three 4 ms backwards then run back to back
+    span = 6e-3 + 3 * 4e-3
+    busy = (3e-3 + 12e-3) + (3e-3 + 6e-3)
+    assert bubble_with_free_messages(uneven, config) == pytest.approx(1 - busy / (2 * span))
 
 
 def test_naive_and_messages() -> None:

@@ -6,7 +6,8 @@ GPipe, ...) so machine noise hits both alike. Quoted: gpipe_over_naive_step_rati
 (p-1)/(m+p-1) = 1/9 (goal: within 15 %). The bubble is the idle fraction of both stages together; the busiest
 stage's own idle fraction is quoted beside it, to tell the schedule's bubble from stages of unequal speed, and
 the part of the bubble spent waiting (at the ends of the step or blocked on a message), to tell it from the
-per-message overhead between actions.
+per-message overhead between actions, and the bubble of the same steps replayed with their measured action times
+but free messages (gpipe_bubble_free_messages): above the formula only because actions were of unequal length.
 Decoupled backprop (gradient delay 1) runs in the same rounds: its step time against GPipe's
 (gpipe_over_decoupled_step_ratio, > 1 when unlocking the backwards pays) and its bubble against its own ideal.
 """
@@ -19,6 +20,7 @@ import torch
 
 from ..cluster import start_client
 from ..pipeline import PipelineConfig, run_pipeline
+from ..sim.pipeline import bubble_with_free_messages
 
 CONFIG = PipelineConfig(stages=2, microbatches=8, depth=8, hidden=512, batch_size=512, steps=6, lr=0.01,
                         device="cpu", timeout_s=60)
@@ -30,6 +32,7 @@ def _measure(device: str, rounds: int = 3) -> dict[str, float]:
     bubbles: list[float] = []
     busiest: list[float] = []
     waiting: list[float] = []
+    replayed: list[float] = []
     decoupled: list[tuple[float, float]] = []
     with start_client(2, quiet=True, use_gpu=device == "cuda") as client:
         for _ in range(rounds):
@@ -42,6 +45,7 @@ def _measure(device: str, rounds: int = 3) -> dict[str, float]:
                     bubbles.append(result.summary["bubble"])
                     busiest.append(result.summary["bubble_busiest_stage"])
                     waiting.append(result.summary["bubble_waiting"])
+                    replayed.append(bubble_with_free_messages(result.trace, result.config))
                     ideal = result.summary["ideal_bubble"]
     naive, gpipe, bubble = statistics.median(steps["naive"]), statistics.median(steps["gpipe"]), statistics.median(bubbles)
     return {"naive_step_s": round(naive, 4), "gpipe_step_s": round(gpipe, 4),
@@ -50,6 +54,7 @@ def _measure(device: str, rounds: int = 3) -> dict[str, float]:
             "gpipe_bubble_over_ideal_ratio": round(bubble / ideal, 3),
             "gpipe_bubble_busiest_stage": round(statistics.median(busiest), 4),
             "gpipe_bubble_waiting": round(statistics.median(waiting), 4),
+            "gpipe_bubble_free_messages": round(statistics.median(replayed), 4),
             "decoupled_step_s": round(statistics.median(steps["decoupled"]), 4),
             "gpipe_over_decoupled_step_ratio": round(gpipe / statistics.median(steps["decoupled"]), 3),
             "decoupled_bubble": round(statistics.median(b for b, _ in decoupled), 4),

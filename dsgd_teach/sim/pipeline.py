@@ -44,8 +44,12 @@ class PipelineSimConfig(Config):
         check_float("link_s", self.link_s, 0.0, 3600.0)
 
 
-def simulate_schedule(config: PipelineSimConfig) -> pd.DataFrame:
-    """Start, duration and activations held of every action of one step (one row each)."""
+def simulate_schedule(config: PipelineSimConfig,
+                      durations: dict[tuple[str, int, int], float] | None = None) -> pd.DataFrame:
+    """Start, duration and activations held of every action of one step (one row each).
+
+    `durations` maps (kind, microbatch, stage) to seconds, replacing the config's equal forward and backward times.
+    """
     p, m = config.stages, config.microbatches
     decoupled = config.schedule == "decoupled"
     actions = [SCHEDULES["gpipe" if decoupled else config.schedule](p, m, s) for s in range(p)]
@@ -69,6 +73,8 @@ def simulate_schedule(config: PipelineSimConfig) -> pd.DataFrame:
                     rows.append({"worker": s, "step": 0, "event": "idle", "microbatch": k, "t_start": free[s],
                                  "duration": start - free[s], "held": held[s], "time": start})
                 duration = config.forward_s if kind == "F" else config.backward_s
+                if durations is not None:
+                    duration = durations[(kind, k, s)]
                 free[s] = done[(kind, k, s)] = start + duration
                 held[s] += 1 if kind == "F" else -1
                 rows.append({"worker": s, "step": 0, "event": "forward" if kind == "F" else "backward",
@@ -96,6 +102,26 @@ def run_pipeline_simulated(config: PipelineSimConfig, client: Any = None, on_upd
         "max_held": int(trace.held.max()),
     }
     return Result(config, trace, summary)
+
+
+def bubble_with_free_messages(trace: pd.DataFrame, config: PipelineConfig) -> float:
+    """Median bubble of a real run's steps replayed with their measured action times but free, instant messages.
+
+    It lies between the formula (equal actions) and the measured bubble: what is left above the formula comes
+    from actions of unequal length, what is left below the measured bubble from messages and bookkeeping.
+    """
+    work = trace[trace.event.isin(["forward", "backward"])]
+    steps = sorted(set(work.step) - {0}) or sorted(set(work.step))
+    sim = PipelineSimConfig(stages=config.stages, microbatches=config.microbatches, link_s=0.0,
+                            schedule="gpipe" if config.schedule == "decoupled" and config.gradient_delay == 0
+                            else config.schedule)
+    bubbles = []
+    for step in steps:
+        rows = work[work.step == step]
+        durations = {(e[0].upper(), int(k), int(w)): float(d)
+                     for e, k, w, d in zip(rows.event, rows.microbatch, rows.worker, rows.duration, strict=True)}
+        bubbles.append(float(measured_bubble(simulate_schedule(sim, durations)).bubble.iloc[0]))
+    return float(pd.Series(bubbles).median())
 
 
 def calibrate_pipeline(config: PipelineConfig, client: Any) -> dict[str, float]:
