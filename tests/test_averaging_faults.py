@@ -45,3 +45,34 @@ def test_worker_killed_mid_round_the_round_completes_with_the_others(fresh_clien
     assert updates.clients_lost[1] == len(lost)
     assert np.isfinite(result.params).all()
     assert (trace[trace.event == "client_update"].injected_delay == 1.0).all()
+
+
+def test_easgd_worker_killed_the_other_worker_and_the_center_go_on(fresh_client):
+    from dsgd_teach.averaging import EASGDConfig, run_easgd
+    from dsgd_teach.ps.faults import KillWorkerAfter
+
+    addresses = worker_addresses(fresh_client)
+    # EASGD rank 0 runs on worker 0; the center's shard fills the cluster from the end, so it lives on worker 1
+    config = EASGDConfig(workers=2, steps=1500, sync_every=2, alpha=0.2, lr=0.1, timeout_s=5.0)
+    killer = KillWorkerAfter(fresh_client, addresses[0], pushes=20, rank=0, event="elastic")
+    result = run_easgd(config, fresh_client, killer)
+    assert killer.killed
+    trace = result.trace
+    assert list(trace[trace.event == "worker_lost"].worker) == [0]
+    elastic = trace[trace.event == "elastic"]
+    assert elastic[elastic.worker == 1].step.max() == config.steps - 1  # the survivor ran to the end
+    assert elastic[elastic.worker == 0].step.max() < config.steps - 1
+    assert np.isfinite(result.params).all()
+    assert result.summary["final_test_accuracy"] > 0.8  # the center kept training on the survivor's pulls
+
+
+def test_easgd_center_worker_killed_stops_with_an_error_naming_the_center(fresh_client):
+    from dsgd_teach.averaging import EASGDConfig, run_easgd
+    from dsgd_teach.ps.faults import KillWorkerAfter
+
+    addresses = worker_addresses(fresh_client)
+    config = EASGDConfig(workers=2, steps=100_000, sync_every=2, alpha=0.2, lr=0.1, timeout_s=3.0)
+    killer = KillWorkerAfter(fresh_client, addresses[1], pushes=20, rank=0, event="elastic")
+    with pytest.raises(RuntimeError, match="center variable is gone.*shard 0"):
+        run_easgd(config, fresh_client, killer)
+    assert killer.killed

@@ -19,7 +19,7 @@ from ..models import loss_and_grad
 from ..problem import get_problem
 from ..ps.monitor import quiet_released_shards
 from ..ps.replica import leave_thread_pool
-from ..ps.server import ShardedServer
+from ..ps.server import ShardedServer, ShardUnavailable
 from ..sgd import batch_indices
 from ..trace import OnUpdate, Result, TraceRecorder
 from .config import EASGDConfig
@@ -39,10 +39,13 @@ def easgd_worker(ctx: WorkerContext, server: ShardedServer, config: EASGDConfig)
         ctx.emit(step=step, event="local_step", loss=loss)
         if (step + 1) % config.sync_every == 0:
             t = time.perf_counter()
-            center, versions = server.pull(timeout=config.timeout_s)
-            diff = x - center
-            x -= alpha * diff
-            server.push((ctx.rank, step), -diff, versions)  # the server's step alpha: c += alpha * diff
+            try:
+                center, versions = server.pull(timeout=config.timeout_s)
+                diff = x - center
+                x -= alpha * diff
+                server.push((ctx.rank, step), -diff, versions)  # the server's step alpha: c += alpha * diff
+            except ShardUnavailable as exc:
+                raise RuntimeError(f"EASGD's center variable is gone, and the run cannot go on without it: {exc}") from exc
             ctx.emit(step=step, event="elastic", spread=float(np.linalg.norm(diff)), bytes_sent=2 * x.nbytes,
                      comm_s=time.perf_counter() - t, version_read=versions[0], version_applied=versions[0] + 1)
         if ctx.should_stop():

@@ -185,7 +185,8 @@ class ShardedServer:
     def _gather(self, futures: list[Any], what: str, timeout: float | None = None) -> list[Any]:
         """Results of one call per shard; waits in slices so a call stuck on a dead shard that the driver has
         meanwhile restored elsewhere gives up at once instead of after the whole timeout."""
-        deadline = time.monotonic() + (self.timeout_s if timeout is None else timeout)
+        total = self.timeout_s if timeout is None else timeout
+        deadline = time.monotonic() + total
         out = []
         for info, fut in zip(self.infos, futures, strict=True):
             while True:
@@ -198,7 +199,7 @@ class ShardedServer:
                 except (TimeoutError, asyncio.TimeoutError) as exc:
                     if left > WAIT_SLICE_S and not self._moved(info):
                         continue
-                    raise ShardUnavailable(info.index, info.address, f"{what}: no answer ({exc})") from exc
+                    raise ShardUnavailable(info.index, info.address, f"{what}: no answer within {total:g} s") from exc
                 except (Exception, asyncio.CancelledError) as exc:
                     raise ShardUnavailable(info.index, info.address, f"{what}: {type(exc).__name__}: {exc}") from exc
         return out
