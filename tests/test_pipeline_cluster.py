@@ -130,28 +130,64 @@ def test_group_port_and_stop_are_released(cluster4: Client) -> None:
     assert not any(cluster4.run(torch.distributed.is_initialized).values())
 
 
+@pytest.fixture(scope="module")
+def own():
+    """A private two-worker cluster for the fault tests: they freeze and kill its workers."""
+    with start_client(2, quiet=True, use_gpu=False) as c:
+        yield c
+
+
+@pytest.mark.timeout(120)
+def test_a_stalled_stage_makes_its_neighbours_receive_time_out_loudly(own: Client) -> None:
+    """A frozen stage (SIGSTOP: alive to the scheduler, silent to its neighbour) trips stage 0's receive timeout."""
+    _, stalled = sorted(own.scheduler_info()["workers"])
+    pid = own.run(os.getpid)[stalled]
+    frozen: list[float] = []
+
+    def freeze_stage1(event: dict) -> None:
+        if not frozen and event.get("worker") == 1 and event["event"] == "forward":
+            frozen.append(time.monotonic())
+            os.kill(pid, signal.SIGSTOP)
+
+    config = SMALL.replace(stages=2, steps=100_000, timeout_s=2.0)
+    try:
+        # whichever wait stage 0 is in when its neighbour freezes (a receive, or the per-step vote on stopping)
+        # fails after the timeout, and says so
+        loud = r"rank 0 .*(stage 0: receive of .* from stage 1|rank 0: the vote on stopping) .*2\.0 s \(is a"
+        with pytest.raises(RuntimeError, match=loud) as caught:
+            run_pipeline(config, own, on_update=freeze_stage1)
+        assert not isinstance(caught.value, WorkerLost)  # nobody died: the timeout, not the scheduler, ended it
+        assert frozen and time.monotonic() - frozen[0] < 2.0 + 8  # the timeout plus the driver's polling
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    # resumed, the frozen stage times out in its turn; both then leave their process group
+    deadline = time.monotonic() + 30
+    while any(own.run(torch.distributed.is_initialized).values()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(own.run(torch.distributed.is_initialized).values())
+
+
 @pytest.mark.timeout(180)
-def test_a_killed_stage_ends_the_run_with_a_clear_error() -> None:
-    with start_client(2, quiet=True, use_gpu=False) as own:
-        survivor, doomed = sorted(own.scheduler_info()["workers"])
-        pids = own.run(os.getpid)
-        killed: list[float] = []
+def test_a_killed_stage_ends_the_run_with_a_clear_error(own: Client) -> None:
+    survivor, doomed = sorted(own.scheduler_info()["workers"])
+    pids = own.run(os.getpid)
+    killed: list[float] = []
 
-        def kill_stage1(event: dict) -> None:
-            if not killed and event.get("worker") == 1 and event["event"] == "forward":
-                killed.append(time.monotonic())
-                os.kill(pids[doomed], signal.SIGKILL)
+    def kill_stage1(event: dict) -> None:
+        if not killed and event.get("worker") == 1 and event["event"] == "forward":
+            killed.append(time.monotonic())
+            os.kill(pids[doomed], signal.SIGKILL)
 
-        config = SMALL.replace(stages=2, steps=100_000, timeout_s=5.0)
-        with pytest.raises(WorkerLost, match="rank 1"):
-            run_pipeline(config, own, on_update=kill_stage1)
-        assert killed and time.monotonic() - killed[0] < 10  # noticed within seconds
-        # stage 0's receive failed loudly within its timeout, and it left its process group
-        deadline = time.monotonic() + 30
-        while own.run(torch.distributed.is_initialized, workers=[survivor])[survivor] and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert not own.run(torch.distributed.is_initialized, workers=[survivor])[survivor]
-        assert own.submit(os.getpid, workers=[survivor], pure=False).result(timeout=30) == pids[survivor]
+    config = SMALL.replace(stages=2, steps=100_000, timeout_s=5.0)
+    with pytest.raises(WorkerLost, match="rank 1"):
+        run_pipeline(config, own, on_update=kill_stage1)
+    assert killed and time.monotonic() - killed[0] < 10  # noticed within seconds
+    # stage 0's receive failed loudly within its timeout, and it left its process group
+    deadline = time.monotonic() + 30
+    while own.run(torch.distributed.is_initialized, workers=[survivor])[survivor] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not own.run(torch.distributed.is_initialized, workers=[survivor])[survivor]
+    assert own.submit(os.getpid, workers=[survivor], pure=False).result(timeout=30) == pids[survivor]
 
 
 @pytest.mark.timeout(120)

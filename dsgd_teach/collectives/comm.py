@@ -56,12 +56,17 @@ class Comm:
             works = [op.op(op.tensor, op.peer) for op in ops]
         self.wait_all(works)
 
-    def wait_all(self, works: list[Any]) -> None:
+    def wait_all(self, works: list[Any], what: str = "a message") -> None:
         """Wait for pending operations, failing after the group's timeout instead of hanging."""
         timeout = datetime.timedelta(seconds=self.timeout_s)
         for work in works:
-            if not work.wait(timeout=timeout):
-                raise TimeoutError(f"rank {self.rank}: a message did not complete within {self.timeout_s} s")
+            try:
+                done = work.wait(timeout=timeout)
+            except RuntimeError as exc:  # gloo raises on its own timeout or when a peer's connection closes
+                raise TimeoutError(f"rank {self.rank}: {what} failed or did not complete within {self.timeout_s} s "
+                                   f"(is a peer dead or stalled?): {exc}") from exc
+            if not done:
+                raise TimeoutError(f"rank {self.rank}: {what} did not complete within {self.timeout_s} s")
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 

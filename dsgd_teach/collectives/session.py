@@ -49,7 +49,7 @@ def _max_and_stop(comm: Comm, seconds: float, stop: bool) -> tuple[float, bool]:
     flags = torch.tensor([seconds, 1.0 if stop else 0.0], dtype=torch.float64, device=comm.device)
     if comm.device.type == "cuda":
         flags = flags.float()
-    comm.wait_all([dist.all_reduce(flags, op=dist.ReduceOp.MAX, async_op=True)])
+    comm.wait_all([dist.all_reduce(flags, op=dist.ReduceOp.MAX, async_op=True)], "the vote on stopping")
     return float(flags[0]), bool(flags[1] > 0)
 
 

@@ -32,7 +32,7 @@ def _sync(device: torch.device) -> None:
 def _agree_to_stop(comm: Comm, stop: bool) -> bool:
     """True on every stage when any stage was asked to stop (one tiny allreduce per step, bounded by a timeout)."""
     flag = torch.tensor([1.0 if stop else 0.0], device=comm.device)
-    comm.wait_all([dist.all_reduce(flag, op=dist.ReduceOp.MAX, async_op=True)])
+    comm.wait_all([dist.all_reduce(flag, op=dist.ReduceOp.MAX, async_op=True)], "the vote on stopping")
     return bool(flag.item() > 0)
 
 

@@ -56,7 +56,7 @@ def average_replicas(comm: Comm, module: nn.Module, group: Any, extra: float) ->
     params = list(module.parameters())
     grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
     flat = torch.cat([g.reshape(-1) for g in grads] + [torch.tensor([extra], device=comm.device)])
-    comm.wait_all([dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=group, async_op=True)])
+    comm.wait_all([dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=group, async_op=True)], "the replicas' allreduce")
     offset = 0
     for p, g in zip(params, grads, strict=True):
         p.grad = flat[offset:offset + g.numel()].view_as(g).clone()
