@@ -3,7 +3,7 @@
 Both schedules train the same model on the same batches in the same cluster, interleaved (naive, GPipe, naive,
 GPipe, ...) so machine noise hits both alike. Quoted: gpipe_over_naive_step_ratio (goal >= 1.5; ideal
 2m/(m+1) = 1.78 when the two stages run on cores of their own) and the measured GPipe bubble against
-(p-1)/(m+p-1) = 1/9 (goal: within 15 %). The bubble is the idle fraction of both stages together; the busiest
+(p-1)/(m+p-1) = 1/9 (goal: within 15 %); each round's ratio is listed too, to show its spread. The bubble is the idle fraction of both stages together; the busiest
 stage's own idle fraction is quoted beside it, to tell the schedule's bubble from stages of unequal speed, and
 the part of the bubble spent waiting (at the ends of the step or blocked on a message), to tell it from the
 per-message overhead between actions, and the bubble of the same steps replayed with their measured action times
@@ -50,6 +50,8 @@ def _measure(device: str, rounds: int = 3) -> dict[str, float]:
     naive, gpipe, bubble = statistics.median(steps["naive"]), statistics.median(steps["gpipe"]), statistics.median(bubbles)
     return {"naive_step_s": round(naive, 4), "gpipe_step_s": round(gpipe, 4),
             "gpipe_over_naive_step_ratio": round(naive / gpipe, 3),
+            "gpipe_over_naive_step_ratio_per_round": " ".join(
+                f"{n / g:.2f}" for n, g in zip(steps["naive"], steps["gpipe"], strict=True)),
             "gpipe_bubble": round(bubble, 4), "ideal_bubble": round(ideal, 4),
             "gpipe_bubble_over_ideal_ratio": round(bubble / ideal, 3),
             "gpipe_bubble_busiest_stage": round(statistics.median(busiest), 4),
