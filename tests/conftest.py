@@ -64,3 +64,23 @@ def nothing_left_behind():
     assert not new_shm, f"shared-memory blocks left behind: {sorted(new_shm)}"
     names = [t.name for t in threading.enumerate() if t.name.startswith("dsgd")]
     assert not names, f"course threads left running: {names}"
+
+
+@pytest.hookimpl(trylast=True)  # after -k and -m have deselected what they will
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip a chapter's plain smoke-mode run when this session also runs it in JupyterLab.
+
+    test_browser.py executes the same chapter in smoke mode in a real kernel and fails on the same things (an
+    error output, a traceback on stderr) and more, so running it twice only costs time. Without Chromium, or
+    with the browser tests deselected, the plain run stays.
+    """
+    from browser_support import chromium_missing_reason
+
+    in_lab = {item.callspec.id for item in items
+              if getattr(item, "originalname", "") == "test_chapter_in_jupyterlab" and hasattr(item, "callspec")}
+    if not in_lab or chromium_missing_reason():
+        return
+    for item in items:
+        if (getattr(item, "originalname", "") == "test_chapter_executes_in_smoke_mode"
+                and item.callspec.id in in_lab):
+            item.add_marker(pytest.mark.skip(reason="run in smoke mode in JupyterLab by test_browser.py this session"))
