@@ -25,3 +25,6 @@ def test_only_keeps_the_figures_of_the_benchmarks_it_did_not_run(tmp_path: Path,
     saved = json.loads((tmp_path / "results.json").read_text())["benchmarks"]
     assert saved == {"sim": {"figure": 1.0}, "pipeline": {"figure": 3.0}}
     assert runs == ["dsgd_teach.bench.sim", "dsgd_teach.bench.pipeline", "dsgd_teach.bench.pipeline"]
+    first_when = json.loads((tmp_path / "results.json").read_text())["others_when"]
+    header = (tmp_path / "results.md").read_text().splitlines()[0]
+    assert f"(pipeline; the others from the run started {first_when})" in header  # the table says what is new

@@ -30,8 +30,11 @@ def _shown(value: Any) -> str:
 def machine_line(results: dict[str, Any]) -> str:
     """One sentence saying when and on what the figures were measured."""
     m = results.get("machine", {})
+    when = results.get("when", "?")
+    if results.get("re_measured"):  # a `bench --only` run: say what is new and when the rest was measured
+        when = f"{when} ({', '.join(results['re_measured'])}; the others from the run started {results['others_when']})"
     return (
-        f"Measured {results.get('when', '?')} on {m.get('cores', '?')} cores ({m.get('processor', '?')}, "
+        f"Measured {when} on {m.get('cores', '?')} cores ({m.get('processor', '?')}, "
         f"{m.get('platform', '?')}), Python {m.get('python', '?')}, torch {m.get('torch', '?')}, "
         f"GPUs: {m.get('gpus', 0)}."
     )

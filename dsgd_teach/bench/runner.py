@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..cluster import cpu_count, start_client
+from .report import machine_line
 
 BENCH_MODULES = (
     "dsgd_teach.bench.foundation",
@@ -59,9 +60,13 @@ def run_all(out_dir: Path = Path("build/bench"), only: list[str] | None = None) 
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     previous = out_dir / "results.json"
-    kept = json.loads(previous.read_text()).get("benchmarks", {}) if only and previous.exists() else {}
+    before = json.loads(previous.read_text()) if only and previous.exists() else {}
+    kept = before.get("benchmarks", {})
     results: dict[str, Any] = {"machine": machine(), "when": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
                                "benchmarks": dict(kept)}
+    if kept:  # say which figures are new and when the others were measured
+        results["re_measured"] = sorted(set(only or []) | set(before.get("re_measured", [])))
+        results["others_when"] = before.get("others_when", before.get("when", "earlier"))
     for name in BENCH_MODULES:
         short = name.rsplit(".", 1)[-1]
         if only and short not in only:
@@ -105,10 +110,8 @@ def _measure_here(name: str, out: Path) -> None:
 
 def to_markdown(results: dict[str, Any]) -> str:
     """A markdown table of every figure, with the machine it came from."""
-    m = results["machine"]
     lines = [
-        f"Measured {results['when']} on {m['cores']} cores ({m['processor']}, {m['platform']}), "
-        f"Python {m['python']}, torch {m['torch']}, GPUs: {m['gpus']}.",
+        machine_line(results),
         "",
         "| benchmark | figure | value |",
         "| --- | --- | --- |",
