@@ -1,15 +1,16 @@
 """Benchmark for chapter 07: GPipe's step time against the naive schedule, p = 2 stages, m = 8 microbatches.
 
 Both schedules train the same model on the same batches in the same cluster, interleaved (naive, GPipe, naive,
-GPipe, ...) so machine noise hits both alike. Quoted: gpipe_over_naive_step_ratio (goal >= 1.5; ideal
-2m/(m+1) = 1.78 when the two stages run on cores of their own) and the measured GPipe bubble against
-(p-1)/(m+p-1) = 1/9 (goal: within 15 %); each round's ratio is listed too, to show its spread. The bubble is the idle fraction of both stages together; the busiest
-stage's own idle fraction is quoted beside it, to tell the schedule's bubble from stages of unequal speed, and
-the part of the bubble spent waiting (at the ends of the step or blocked on a message), to tell it from the
-per-message overhead between actions, and the bubble of the same steps replayed with their measured action times
-but free messages (gpipe_bubble_free_messages): above the formula only because actions were of unequal length.
-Decoupled backprop (gradient delay 1) runs in the same rounds: its step time against GPipe's
-(gpipe_over_decoupled_step_ratio, > 1 when unlocking the backwards pays) and its bubble against its own ideal.
+GPipe, ...) so machine noise hits both alike. Quoted: gpipe_over_naive_step_ratio (goal >= 1.5; ideal 2m/(m+1) =
+1.78 when the two stages run on cores of their own) and the measured GPipe bubble against (p-1)/(m+p-1) = 1/9
+(goal: within 15 %); each round's ratio is listed too, to show its spread. The bubble is the idle fraction of both
+stages together; the busiest stage's own idle fraction is quoted beside it, to tell the schedule's bubble from
+stages of unequal speed, and the part of the bubble spent waiting (at the ends of the step or blocked on a
+message), to tell it from the per-message overhead between actions, and the bubble of the same steps replayed with
+their measured action times but free messages (gpipe_bubble_free_messages): above the formula only because actions
+were of unequal length. Decoupled backprop (gradient delay 1) runs in the same rounds: its step time against
+GPipe's (gpipe_over_decoupled_step_ratio, > 1 when unlocking the backwards pays) and its bubble against its own
+ideal.
 """
 
 from __future__ import annotations
