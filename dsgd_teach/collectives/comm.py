@@ -14,6 +14,16 @@ import torch
 import torch.distributed as dist
 
 
+def wait_for(work: Any, timeout_s: float, what: str, hint: str = "is a peer dead or stalled?") -> None:
+    """Wait for one torch.distributed operation; a timeout or a closed peer raises TimeoutError naming `what`."""
+    try:
+        done = work.wait(timeout=datetime.timedelta(seconds=timeout_s))
+    except RuntimeError as exc:  # gloo raises on its own timeout or when a peer's connection closes
+        raise TimeoutError(f"{what} failed or timed out after {timeout_s} s ({hint}): {exc}") from exc
+    if done is False:
+        raise TimeoutError(f"{what} did not complete within {timeout_s} s")
+
+
 @dataclass
 class Comm:
     """This rank's handle on the process group: exchange() for messages, `log` for what was sent and received."""
@@ -58,15 +68,8 @@ class Comm:
 
     def wait_all(self, works: list[Any], what: str = "a message") -> None:
         """Wait for pending operations, failing after the group's timeout instead of hanging."""
-        timeout = datetime.timedelta(seconds=self.timeout_s)
         for work in works:
-            try:
-                done = work.wait(timeout=timeout)
-            except RuntimeError as exc:  # gloo raises on its own timeout or when a peer's connection closes
-                raise TimeoutError(f"rank {self.rank}: {what} failed or did not complete within {self.timeout_s} s "
-                                   f"(is a peer dead or stalled?): {exc}") from exc
-            if not done:
-                raise TimeoutError(f"rank {self.rank}: {what} did not complete within {self.timeout_s} s")
+            wait_for(work, self.timeout_s, f"rank {self.rank}: {what}")
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 

@@ -9,7 +9,6 @@ instead of after it asks (as pipeline engines pre-post their receives).
 
 from __future__ import annotations
 
-import datetime
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -17,6 +16,8 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+
+from ..collectives.comm import wait_for
 
 
 @dataclass
@@ -32,13 +33,7 @@ class StageLink:
     _posted: deque[tuple[Any, torch.Tensor, int, str]] = field(default_factory=deque)
 
     def _wait(self, work: Any, what: str) -> None:
-        try:
-            done = work.wait(timeout=datetime.timedelta(seconds=self.timeout_s))
-        except RuntimeError as exc:  # gloo raises on timeout or when the peer's connection closes
-            raise TimeoutError(f"stage {self.stage}: {what} failed or timed out after {self.timeout_s} s "
-                               f"(is a neighbouring stage dead?): {exc}") from exc
-        if done is False:
-            raise TimeoutError(f"stage {self.stage}: {what} did not complete within {self.timeout_s} s")
+        wait_for(work, self.timeout_s, f"stage {self.stage}: {what}", "is a neighbouring stage dead?")
 
     def send(self, tensor: torch.Tensor, dst: int, what: str, due: int = 0) -> int:
         """Post tensor to stage dst and return its size in bytes (the wait happens in a finish() at step >= due)."""
