@@ -24,6 +24,20 @@ class WorkerLost(RuntimeError):
     """A worker running part of an experiment died or left the cluster."""
 
 
+class RankInterrupted(RuntimeError):
+    """A rank gave up because a peer failed; `state` is what the run can resume from without it."""
+
+    def __init__(self, message: str, state: Any = None) -> None:
+        super().__init__(message, state)
+        self.state = state
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+    def __repr__(self) -> str:
+        return f"RankInterrupted({self.args[0]!r}, {self.state!r})"
+
+
 @dataclass
 class WorkerContext:
     """What a worker function needs to report progress and notice a stop request."""
@@ -152,7 +166,8 @@ def run_live(
     """Run fn(ctx, *args) for each rank on its own worker; returns (results, stopped).
 
     A rank whose worker dies raises WorkerLost (on_worker_lost="raise") or is recorded as a "worker_lost"
-    event and its result is None ("drop"). A StopRequested from on_update sets the stop flag; the tasks then
+    event and its result is None ("drop"); with "drop", a rank that raised RankInterrupted because a peer's
+    worker died returns that exception as its result (without a death it is an error as any other). A StopRequested from on_update sets the stop flag; the tasks then
     finish their current step and return. Exceeding timeout_s raises TimeoutError. Never hangs.
     addresses names the worker of each rank (default: pick_workers).
     """
@@ -196,6 +211,10 @@ def run_live(
                         pending.discard(rank)
                         if fut.status == "error":
                             exc = fut.exception()
+                            if (on_worker_lost == "drop" and isinstance(exc, RankInterrupted)
+                                    and _dead_rank(client, addresses, set(range(world)) - {rank}) is not None):
+                                results[rank] = exc  # it stopped because a peer died: the caller may resume
+                                continue
                             dead = (_dead_rank(client, addresses, set(range(world)) - {rank}) if on_worker_lost == "raise"
                                     else None)
                             if dead is not None:  # a neighbour's death is the cause; the rank's error only follows it

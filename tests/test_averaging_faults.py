@@ -1,4 +1,4 @@
-"""Chapter 08 faults: a worker killed in the middle of a federated round; the round goes on without its clients."""
+"""Chapter 08 faults: a worker killed mid-round (FedAvg), mid-run (EASGD) or between averages (local SGD)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import os
 import signal
 from typing import Any
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
@@ -76,3 +77,96 @@ def test_easgd_center_worker_killed_stops_with_an_error_naming_the_center(fresh_
     with pytest.raises(RuntimeError, match="center variable is gone.*shard 0"):
         run_easgd(config, fresh_client, killer)
     assert killer.killed
+
+
+def local_sgd_replay(config, segments: list[tuple[int, int]]) -> np.ndarray:
+    """Local SGD in one process: `segments` lists (world, first step); each regroup re-splits the data."""
+    from dsgd_teach.models import loss_and_grad
+    from dsgd_teach.problem import get_problem
+    from dsgd_teach.sgd import batch_indices
+
+    problem = get_problem(config.problem)
+    w = problem.init_params.astype(np.float32, copy=True)
+    ends = [first for _, first in segments[1:]] + [config.steps]
+    for (world, first), end in zip(segments, ends, strict=True):
+        shards = [problem.train_shard(r, world) for r in range(world)]
+        replicas, rows = [w.copy() for _ in range(world)], [0] * world
+        for step in range(first, end):
+            for r, shard in enumerate(shards):
+                idx = batch_indices(shard.n_samples, config.batch_size, step, config.seed + r)
+                _, grad = loss_and_grad(problem.model, replicas[r], shard.X[idx], shard.y[idx])
+                replicas[r] -= np.float32(config.lr) * grad
+                rows[r] += len(idx)
+            if (step + 1) % config.sync_every == 0 or step + 1 == config.steps:
+                w = sum(n * x for n, x in zip(rows, replicas, strict=True)) / sum(rows)
+                replicas, rows = [w.copy() for _ in range(world)], [0] * world
+    return w
+
+
+@pytest.fixture(scope="module")
+def three_workers():
+    """A private three-worker cluster: killing one still leaves a group of two that talks through the ring."""
+    from dsgd_teach.cluster import start_client
+
+    with start_client(3, quiet=True, use_gpu=False) as c:
+        yield c
+
+
+def test_local_sgd_worker_killed_the_others_regroup_from_the_last_average(three_workers):
+    import torch.distributed
+
+    from dsgd_teach.averaging import LocalSGDConfig, run_local_sgd
+    from dsgd_teach.ps.faults import KillWorkerAfter
+    from dsgd_teach.workers import interleave_hosts
+
+    rank1 = interleave_hosts(worker_addresses(three_workers))[1]  # the order plan_group gives ranks
+    config = LocalSGDConfig(workers=3, steps=600, sync_every=4, eval_every=40, lr=0.3, timeout_s=20.0)
+    killer = KillWorkerAfter(three_workers, rank1, pushes=5, rank=0, event="average")
+    result = run_local_sgd(config, three_workers, killer)
+    assert killer.killed
+    trace = result.trace
+    assert list(trace[trace.event == "worker_lost"].worker) == [1]
+    regroup = trace[trace.event == "regroup"]
+    assert len(regroup) == 1 and regroup.world.iloc[0] == 2
+    resumed = int(regroup.step.iloc[0])
+    assert resumed % config.sync_every == 0 and 0 < resumed < config.steps
+    assert result.summary["local_steps"] == config.steps and result.summary["regroups"] == 1
+    # the survivors went on from the last average, on the data re-split in two: the same as this replay
+    np.testing.assert_allclose(result.params, local_sgd_replay(config, [(3, 0), (2, resumed)]),
+                               rtol=1e-4, atol=1e-5)
+    assert result.summary["final_test_accuracy"] > 0.9
+    assert not any(three_workers.run(torch.distributed.is_initialized).values())
+    from dsgd_teach.averaging.plots import plot_local_sgd
+
+    fig = plot_local_sgd({"killed": result})
+    assert [t.get_text() for t in fig.axes[0].texts] == ["worker lost: 2 left"]
+    plt.close(fig)
+
+
+def test_local_sgd_worker_killed_with_raise_stops_naming_the_dead_rank(three_workers):
+    from dsgd_teach.averaging import LocalSGDConfig, run_local_sgd
+    from dsgd_teach.live import WorkerLost
+    from dsgd_teach.ps.faults import KillWorkerAfter
+    from dsgd_teach.workers import interleave_hosts
+
+    rank2 = interleave_hosts(worker_addresses(three_workers))[2]
+    config = LocalSGDConfig(workers=3, steps=600, sync_every=4, lr=0.3, timeout_s=20.0, on_worker_lost="raise")
+    killer = KillWorkerAfter(three_workers, rank2, pushes=5, rank=0, event="average")
+    with pytest.raises(WorkerLost, match="running rank 2 died"):
+        run_local_sgd(config, three_workers, killer)
+    assert killer.killed
+
+
+def _interrupted_at_once(ctx, *args):  # noqa: ANN001, ANN002
+    from dsgd_teach.live import RankInterrupted
+
+    raise RankInterrupted(f"rank {ctx.rank}: a peer looks gone", "state")
+
+
+def test_an_interrupted_rank_without_a_dead_worker_is_still_an_error(client):
+    """A peer that stalls (alive to the scheduler) is not a loss to recover from: the run fails loudly."""
+    from dsgd_teach.live import run_live
+    from dsgd_teach.trace import TraceRecorder
+
+    with pytest.raises(RuntimeError, match="RankInterrupted: rank 0: a peer looks gone"):
+        run_live(client, _interrupted_at_once, [()], TraceRecorder(), on_worker_lost="drop", timeout_s=60)

@@ -14,13 +14,15 @@ from .partitions import PARTITIONS
 @dataclass(frozen=True)
 class LocalSGDConfig(DataParallelConfig):
     """`workers` replicas each take `steps` local SGD steps on their shard, averaging parameters every
-    `sync_every` (H) steps with an allreduce; H = 1 is synchronous data-parallel SGD."""
+    `sync_every` (H) steps with an allreduce; H = 1 is synchronous data-parallel SGD. When a replica's worker
+    dies, "regroup" (`on_worker_lost`) goes on with the others from the last average; "raise" stops the run."""
 
     steps: int = 240
     sync_every: int = 8
     allreduce: str = "ring"
     timeout_s: float = 30.0
     run_timeout_s: float = 600.0
+    on_worker_lost: str = "regroup"
 
     def validate(self) -> None:
         super().validate()
@@ -29,6 +31,7 @@ class LocalSGDConfig(DataParallelConfig):
         check_choice("allreduce", self.allreduce, tuple(ALGORITHMS))
         check_float("timeout_s", self.timeout_s, 0.0, 3600.0, lo_open=True)
         check_float("run_timeout_s", self.run_timeout_s, 0.0, 86400.0, lo_open=True)
+        check_choice("on_worker_lost", self.on_worker_lost, ("raise", "regroup"))
 
 
 @dataclass(frozen=True)

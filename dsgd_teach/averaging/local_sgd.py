@@ -5,11 +5,17 @@ Each rank runs plain minibatch SGD on its own shard. Every `sync_every` (H) step
 with the sample-weighted mean of the replicas. With H = 1 that is exactly synchronous data-parallel SGD: the
 mean of w - lr g_r is w - lr times the mean gradient. Before each average every rank traces its distance to the
 mean (the replicas' spread) and the bytes it sent.
+
+When a replica's worker dies, the others' allreduce fails. Each survivor then gives up with the last average it
+completed (identical on every rank that completed it), and the driver forms a smaller group on the surviving
+workers that resumes from the newest of those averages, the training set re-split among fewer shards: the
+elastic restart of torchelastic, traced as "worker_lost" and "regroup" events.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -19,7 +25,7 @@ from distributed import Client
 from ..collectives.algorithms import ALGORITHMS
 from ..collectives.comm import Comm
 from ..collectives.group import plan_group, run_in_group
-from ..live import WorkerContext
+from ..live import RankInterrupted, WorkerContext, WorkerLost
 from ..models import loss_and_grad
 from ..problem import get_problem
 from ..sgd import batch_indices
@@ -36,13 +42,26 @@ def average_parameters(comm: Comm, allreduce: str, w: np.ndarray, rows: float, l
     return total[:-3] / total[-3], float(total[-3]), float(total[-2] / total[-3]), bool(total[-1] > 0)
 
 
-def _local_sgd_rank(ctx: WorkerContext, comm: Comm, config: LocalSGDConfig) -> np.ndarray:
-    """One replica: H local steps, then the averaging allreduce; rank 0 evaluates the averaged model."""
+@dataclass(frozen=True)
+class Checkpoint:
+    """Where local SGD can resume: the parameters of an average, the step after it, and the next round."""
+
+    params: np.ndarray
+    step: int
+    round: int
+
+    def __repr__(self) -> str:
+        return f"Checkpoint(step={self.step}, round={self.round}, {self.params.size} parameters)"
+
+
+def _local_sgd_rank(ctx: WorkerContext, comm: Comm, config: LocalSGDConfig, start: Checkpoint) -> np.ndarray:
+    """One replica from `start`: H local steps, then the averaging allreduce; rank 0 evaluates the averaged model."""
     problem = get_problem(config.problem)
     shard = problem.train_shard(comm.rank, comm.world)
-    w = problem.init_params.astype(np.float32, copy=True)
-    rows, loss_sum, last_eval, rnd = 0.0, 0.0, 0, 0
-    for step in range(config.steps):
+    w = start.params.astype(np.float32, copy=True)
+    rows, loss_sum, last_eval, rnd = 0.0, 0.0, start.step, start.round
+    last_average = start
+    for step in range(start.step, config.steps):
         t = time.perf_counter()
         idx = batch_indices(shard.n_samples, config.batch_size, step, config.seed + comm.rank)
         loss, grad = loss_and_grad(problem.model, w, shard.X[idx], shard.y[idx])
@@ -53,7 +72,16 @@ def _local_sgd_rank(ctx: WorkerContext, comm: Comm, config: LocalSGDConfig) -> n
             continue
         t_comm = time.perf_counter()
         before = w
-        w, _, mean_loss, stop = average_parameters(comm, config.allreduce, w, rows, loss_sum, ctx.should_stop())
+        failure = ""
+        try:
+            w, _, mean_loss, stop = average_parameters(comm, config.allreduce, w, rows, loss_sum, ctx.should_stop())
+        except (TimeoutError, RuntimeError) as exc:
+            if config.on_worker_lost == "raise":
+                raise
+            failure = f"rank {comm.rank}: the average of round {rnd} failed: {exc}"
+        if failure:  # raised outside the handler, so no traceback keeps the failed sends (and the group's sockets)
+            raise RankInterrupted(failure, last_average)
+        last_average = Checkpoint(w.copy(), step + 1, rnd + 1)
         comm_s = time.perf_counter() - t_comm
         ctx.emit(step=step, event="average", round=rnd, bytes_sent=comm.bytes_sent(), comm_s=comm_s,
                  spread=float(np.linalg.norm(before - w)), version_read=rnd, version_applied=rnd + 1)
@@ -72,17 +100,33 @@ def _local_sgd_rank(ctx: WorkerContext, comm: Comm, config: LocalSGDConfig) -> n
 
 
 def run_local_sgd(config: LocalSGDConfig, client: Client, on_update: OnUpdate | None = None) -> Result:
-    """Local SGD on `workers` ranks of one process group; final parameters are rank 0's (all ranks agree)."""
+    """Local SGD on `workers` ranks of one process group; final parameters are rank 0's (all ranks agree).
+
+    With on_worker_lost="regroup", the ranks left after a worker dies carry on from the last average.
+    """
     t0 = time.perf_counter()
     recorder = TraceRecorder(on_update)
-    spec = plan_group(client, config.workers, "cpu", config.timeout_s)
-    params, stopped = run_in_group(client, spec, _local_sgd_rank, [(config,)] * config.workers, recorder,
-                                   config.run_timeout_s)
+    start = Checkpoint(get_problem(config.problem).init_params.astype(np.float32), 0, 0)
+    workers: list[str] | None = None
+    lost = "drop" if config.on_worker_lost == "regroup" else "raise"
+    while True:
+        spec = plan_group(client, config.workers if workers is None else len(workers), "cpu", config.timeout_s,
+                          workers)
+        params, stopped = run_in_group(client, spec, _local_sgd_rank, [(config, start)] * spec.world, recorder,
+                                       config.run_timeout_s, on_worker_lost=lost)
+        interrupted = [p.state for p in params if isinstance(p, RankInterrupted)]
+        if not interrupted or any(isinstance(p, np.ndarray) for p in params):
+            break
+        start = max(interrupted, key=lambda c: c.step)
+        workers = [a for a, p in zip(spec.workers, params, strict=True) if isinstance(p, RankInterrupted)]
+        recorder.record(worker=-1, event="regroup", step=start.step, round=start.round, world=len(workers))
+    if not any(isinstance(p, np.ndarray) for p in params) and not stopped:
+        raise WorkerLost("every worker of the local-SGD run died")
     trace = recorder.frame()
     averages = trace[trace.event == "average"]
     evals = trace[trace.event == "eval"]
     local = trace[trace.event == "local_step"]
-    done = [p for p in params if p is not None]
+    done = [p for p in params if isinstance(p, np.ndarray)]
     stopped = stopped or not len(local) or int(local.step.max()) + 1 < config.steps
     summary = {
         "wall_s": time.perf_counter() - t0,
@@ -92,6 +136,7 @@ def run_local_sgd(config: LocalSGDConfig, client: Client, on_update: OnUpdate | 
         "mean_spread": float(averages.spread.mean()) if len(averages) else float("nan"),
         "final_train_loss": float(evals.train_loss.iloc[-1]) if len(evals) else float("nan"),
         "final_test_accuracy": float(evals.test_accuracy.iloc[-1]) if len(evals) else float("nan"),
+        "regroups": int((trace.event == "regroup").sum()),
     }
     return Result(config, trace, summary, done[0] if done else None, stopped)
 

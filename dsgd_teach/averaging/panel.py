@@ -12,6 +12,7 @@ from ..panel import ExperimentPanel
 from .config import FedAvgConfig, LocalSGDConfig
 from .fedavg import fed_curve, run_fedavg
 from .local_sgd import local_sgd_curve, run_local_sgd
+from .plots import mark_regroups
 
 
 def plot_local_sgd_live(fig: Figure, trace: pd.DataFrame) -> None:
@@ -22,6 +23,7 @@ def plot_local_sgd_live(fig: Figure, trace: pd.DataFrame) -> None:
         curve = local_sgd_curve(trace)
         left.plot(curve.updates, curve.train_loss, marker=".")
         right.plot(curve.bytes, curve.train_loss, marker=".")
+        mark_regroups(left, trace)
     left.set_xlabel("local steps per replica")
     right.set_xlabel("bytes sent (all ranks)")
     left.set_ylabel("training loss")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import matplotlib.pyplot as plt
+import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
@@ -20,6 +21,7 @@ def plot_local_sgd(results: Mapping[str, Result], metric: str = "train_loss") ->
         curve = local_sgd_curve(result.trace)
         for ax, x in zip(axes, ("updates", "bytes", "time"), strict=True):
             ax.plot(curve[x], curve[metric], marker=".", label=label)
+        mark_regroups(axes[0], result.trace)
     for ax, name in zip(axes, ("local steps per replica", "bytes sent (all ranks)", "seconds"), strict=True):
         ax.set_xlabel(name)
         ax.grid(alpha=0.3)
@@ -28,6 +30,14 @@ def plot_local_sgd(results: Mapping[str, Result], metric: str = "train_loss") ->
     axes[0].legend(fontsize=8)
     fig.tight_layout()
     return fig
+
+
+def mark_regroups(ax: Axes, trace: pd.DataFrame) -> None:
+    """A dashed line at each local step where the replicas left after a worker died regrouped."""
+    for row in trace[trace.event == "regroup"].itertuples():
+        ax.axvline(row.step, color="tab:red", ls="--", lw=1)
+        ax.annotate(f"worker lost: {int(row.world)} left", (row.step, 1), xycoords=("data", "axes fraction"),
+                    xytext=(3, -12), textcoords="offset points", color="tab:red", fontsize=8)
 
 
 def plot_spread(ax: Axes, results: Mapping[str, Result]) -> Axes:

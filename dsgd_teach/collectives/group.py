@@ -82,11 +82,15 @@ def ensure_workers(client: Client, n: int) -> list[str]:
     return interleave_hosts(worker_addresses(client))[:n]
 
 
-def plan_group(client: Client, world: int, device: str = "auto", timeout_s: float = 30.0) -> GroupSpec:
-    """Choose workers, backend and devices for a world of `world` ranks, and a free port on rank 0's host."""
+def plan_group(client: Client, world: int, device: str = "auto", timeout_s: float = 30.0,
+               workers: Sequence[str] | None = None) -> GroupSpec:
+    """Choose workers (or take `workers`, one per rank), backend and devices for a world of `world` ranks, and a
+    free port on rank 0's host."""
     if device not in DEVICES:
         raise ValueError(f"device must be one of {DEVICES}, got {device!r}")
-    addresses = ensure_workers(client, world)
+    if workers is not None and len(workers) != world:
+        raise ValueError(f"need one worker address per rank ({world}), got {len(workers)}")
+    addresses = list(workers) if workers is not None else ensure_workers(client, world)
     setup_s = max(60.0, timeout_s)  # first tasks import torch on the workers: slow on a busy laptop
     probes = [client.submit(visible_gpus, workers=[a], pure=False) for a in addresses]
     gpus = [f.result(timeout=setup_s) for f in probes]
@@ -173,17 +177,18 @@ def run_in_group(
     args_per_rank: Sequence[tuple[Any, ...]],
     recorder: TraceRecorder,
     run_timeout_s: float,
+    on_worker_lost: str = "raise",
 ) -> tuple[list[Any], bool]:
     """Run fn(ctx, comm, *args) on every rank concurrently inside one process group; (results, stopped).
 
     Each rank's collectives fail after spec.timeout_s, and the driver gives up after run_timeout_s, so a bug
-    (a message nobody receives) ends in an error, never a hang.
+    (a message nobody receives) ends in an error, never a hang. on_worker_lost is run_live's.
     """
     if len(args_per_rank) != spec.world:
         raise ValueError(f"need one argument tuple per rank ({spec.world}), got {len(args_per_rank)}")
     return run_live(
         client, _group_task, [(spec, fn, args) for args in args_per_rank], recorder, timeout_s=run_timeout_s,
-        addresses=list(spec.workers) or None,
+        addresses=list(spec.workers) or None, on_worker_lost=on_worker_lost,
     )
 
 
