@@ -157,6 +157,20 @@ def test_local_sgd_worker_killed_with_raise_stops_naming_the_dead_rank(three_wor
     assert killer.killed
 
 
+def test_local_sgd_whose_only_worker_dies_says_so(three_workers):
+    from dsgd_teach.averaging import LocalSGDConfig, run_local_sgd
+    from dsgd_teach.live import WorkerLost
+    from dsgd_teach.ps.faults import KillWorkerAfter
+    from dsgd_teach.workers import interleave_hosts
+
+    only = interleave_hosts(worker_addresses(three_workers))[0]
+    config = LocalSGDConfig(workers=1, steps=20_000, sync_every=4, lr=0.3, timeout_s=20.0)
+    killer = KillWorkerAfter(three_workers, only, pushes=5, rank=0, event="average")
+    with pytest.raises(WorkerLost, match="every worker of the local-SGD run died"):
+        run_local_sgd(config, three_workers, killer)
+    assert killer.killed
+
+
 def _interrupted_at_once(ctx, *args):  # noqa: ANN001, ANN002
     from dsgd_teach.live import RankInterrupted
 

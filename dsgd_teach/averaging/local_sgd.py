@@ -114,19 +114,19 @@ def run_local_sgd(config: LocalSGDConfig, client: Client, on_update: OnUpdate | 
                           workers)
         params, stopped = run_in_group(client, spec, _local_sgd_rank, [(config, start)] * spec.world, recorder,
                                        config.run_timeout_s, on_worker_lost=lost)
+        done = [p for p in params if isinstance(p, np.ndarray)]
         interrupted = [p.state for p in params if isinstance(p, RankInterrupted)]
-        if not interrupted or any(isinstance(p, np.ndarray) for p in params):
+        if done or not interrupted:
             break
         start = max(interrupted, key=lambda c: c.step)
         workers = [a for a, p in zip(spec.workers, params, strict=True) if isinstance(p, RankInterrupted)]
         recorder.record(worker=-1, event="regroup", step=start.step, round=start.round, world=len(workers))
-    if not any(isinstance(p, np.ndarray) for p in params) and not stopped:
+    if not done and not stopped:
         raise WorkerLost("every worker of the local-SGD run died")
     trace = recorder.frame()
     averages = trace[trace.event == "average"]
     evals = trace[trace.event == "eval"]
     local = trace[trace.event == "local_step"]
-    done = [p for p in params if isinstance(p, np.ndarray)]
     stopped = stopped or not len(local) or int(local.step.max()) + 1 < config.steps
     summary = {
         "wall_s": time.perf_counter() - t0,
