@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import time
 
 import pytest
 import torch
@@ -60,10 +61,13 @@ def test_bad_config_names_the_field(field: str, value: object, match: str) -> No
 
 
 class _Work:
-    def __init__(self, outcome: object) -> None:
-        self.outcome = outcome
+    """Stands in for a gloo request: returns or raises `outcome`, after `takes_s` (gloo's own timeout, say)."""
+
+    def __init__(self, outcome: object, takes_s: float = 0.0) -> None:
+        self.outcome, self.takes_s = outcome, takes_s
 
     def wait(self, timeout: datetime.timedelta) -> bool:
+        time.sleep(self.takes_s)
         if isinstance(self.outcome, Exception):
             raise self.outcome
         return bool(self.outcome)
@@ -73,8 +77,12 @@ def test_a_wait_that_times_out_fails_loudly() -> None:
     link = StageLink(1, torch.device("cpu"), 0.5)
     with pytest.raises(TimeoutError, match="stage 1: receive of x from stage 0 did not complete within 0.5 s"):
         link._wait(_Work(False), "receive of x from stage 0")
-    with pytest.raises(TimeoutError, match="stage 1: .*neighbouring stage dead.*Connection closed"):
+    with pytest.raises(TimeoutError, match=r"stage 1: receive of x from stage 0 failed after 0\.\d\d s \(is a "
+                                           r"neighbouring stage dead\?\): Connection closed"):
         link._wait(_Work(RuntimeError("Connection closed by peer")), "receive of x from stage 0")
+    with pytest.raises(TimeoutError, match=r"stage 1: receive of x from stage 0 did not complete within 0.5 s \(is a "
+                                           r"neighbouring stage dead\?\): Operation timed out!"):
+        link._wait(_Work(RuntimeError("Operation timed out!"), takes_s=0.5), "receive of x from stage 0")
     link._wait(_Work(True), "fine")
 
 

@@ -7,6 +7,7 @@ many bytes to whom in which communication step; each wait is bounded by the grou
 from __future__ import annotations
 
 import datetime
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,10 +17,14 @@ import torch.distributed as dist
 
 def wait_for(work: Any, timeout_s: float, what: str, hint: str = "is a peer dead or stalled?") -> None:
     """Wait for one torch.distributed operation; a timeout or a closed peer raises TimeoutError naming `what`."""
+    started = time.monotonic()
     try:
         done = work.wait(timeout=datetime.timedelta(seconds=timeout_s))
     except RuntimeError as exc:  # gloo raises on its own timeout or when a peer's connection closes
-        raise TimeoutError(f"{what} failed or timed out after {timeout_s} s ({hint}): {exc}") from exc
+        waited = time.monotonic() - started
+        how = (f"did not complete within {timeout_s} s" if waited >= 0.9 * timeout_s
+               else f"failed after {waited:.2f} s")
+        raise TimeoutError(f"{what} {how} ({hint}): {exc}") from exc
     if done is False:
         raise TimeoutError(f"{what} did not complete within {timeout_s} s")
 
