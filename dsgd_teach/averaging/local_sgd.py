@@ -8,8 +8,8 @@ mean (the replicas' spread) and the bytes it sent.
 
 When a replica's worker dies, the others' allreduce fails. Each survivor then gives up with the last average it
 completed (identical on every rank that completed it), and the driver forms a smaller group on the surviving
-workers that resumes from the newest of those averages, the training set re-split among fewer shards: the
-elastic restart of torchelastic, traced as "worker_lost" and "regroup" events.
+workers that resumes from the newest of those averages, the training set re-split among fewer shards (the idea
+of torchrun's elastic training). The trace records it as "worker_lost" and "regroup" events.
 """
 
 from __future__ import annotations
