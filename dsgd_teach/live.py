@@ -167,9 +167,10 @@ def run_live(
 
     A rank whose worker dies raises WorkerLost (on_worker_lost="raise") or is recorded as a "worker_lost"
     event and its result is None ("drop"); with "drop", a rank that raised RankInterrupted because a peer's
-    worker died returns that exception as its result (without a death it is an error as any other). A StopRequested from on_update sets the stop flag; the tasks then
-    finish their current step and return. Exceeding timeout_s raises TimeoutError. Never hangs.
-    addresses names the worker of each rank (default: pick_workers).
+    worker died returns that exception as its result (without a death it is an error as any other). A
+    StopRequested from on_update sets the stop flag; the tasks then finish their current step and return.
+    Exceeding timeout_s raises TimeoutError. Never hangs. addresses names the worker of each rank (default:
+    pick_workers).
     """
     world = len(args_per_rank)
     addresses = list(addresses) if addresses else pick_workers(client, world)
@@ -211,12 +212,12 @@ def run_live(
                         pending.discard(rank)
                         if fut.status == "error":
                             exc = fut.exception()
-                            if (on_worker_lost == "drop" and isinstance(exc, RankInterrupted)
-                                    and _dead_rank(client, addresses, set(range(world)) - {rank}) is not None):
+                            interrupted = on_worker_lost == "drop" and isinstance(exc, RankInterrupted)
+                            dead = (_dead_rank(client, addresses, set(range(world)) - {rank})
+                                    if on_worker_lost == "raise" or interrupted else None)
+                            if interrupted and dead is not None:
                                 results[rank] = exc  # it stopped because a peer died: the caller may resume
                                 continue
-                            dead = (_dead_rank(client, addresses, set(range(world)) - {rank}) if on_worker_lost == "raise"
-                                    else None)
                             if dead is not None:  # a neighbour's death is the cause; the rank's error only follows it
                                 raise WorkerLost(
                                     f"worker {addresses[dead]} running rank {dead} died; rank {rank} then failed: "

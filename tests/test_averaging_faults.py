@@ -9,9 +9,25 @@ from typing import Any
 import matplotlib.pyplot as plt
 import numpy as np
 import pytest
+import torch.distributed
 
-from dsgd_teach.averaging import FedAvgConfig, run_fedavg
-from dsgd_teach.cluster import worker_addresses
+from dsgd_teach.averaging import (
+    EASGDConfig,
+    FedAvgConfig,
+    LocalSGDConfig,
+    run_easgd,
+    run_fedavg,
+    run_local_sgd,
+)
+from dsgd_teach.averaging.plots import plot_local_sgd
+from dsgd_teach.cluster import start_client, worker_addresses
+from dsgd_teach.live import RankInterrupted, WorkerLost, run_live
+from dsgd_teach.models import loss_and_grad
+from dsgd_teach.problem import get_problem
+from dsgd_teach.ps.faults import KillWorkerAfter
+from dsgd_teach.sgd import batch_indices
+from dsgd_teach.trace import TraceRecorder
+from dsgd_teach.workers import interleave_hosts
 
 pytestmark = pytest.mark.timeout(150)
 
@@ -49,9 +65,6 @@ def test_worker_killed_mid_round_the_round_completes_with_the_others(fresh_clien
 
 
 def test_easgd_worker_killed_the_other_worker_and_the_center_go_on(fresh_client):
-    from dsgd_teach.averaging import EASGDConfig, run_easgd
-    from dsgd_teach.ps.faults import KillWorkerAfter
-
     addresses = worker_addresses(fresh_client)
     # EASGD rank 0 runs on worker 0; the center's shard fills the cluster from the end, so it lives on worker 1
     config = EASGDConfig(workers=2, steps=1500, sync_every=2, alpha=0.2, lr=0.1, timeout_s=5.0)
@@ -68,9 +81,6 @@ def test_easgd_worker_killed_the_other_worker_and_the_center_go_on(fresh_client)
 
 
 def test_easgd_center_worker_killed_stops_with_an_error_naming_the_center(fresh_client):
-    from dsgd_teach.averaging import EASGDConfig, run_easgd
-    from dsgd_teach.ps.faults import KillWorkerAfter
-
     addresses = worker_addresses(fresh_client)
     config = EASGDConfig(workers=2, steps=100_000, sync_every=2, alpha=0.2, lr=0.1, timeout_s=3.0)
     killer = KillWorkerAfter(fresh_client, addresses[1], pushes=20, rank=0, event="elastic")
@@ -81,10 +91,6 @@ def test_easgd_center_worker_killed_stops_with_an_error_naming_the_center(fresh_
 
 def local_sgd_replay(config, segments: list[tuple[int, int]]) -> np.ndarray:
     """Local SGD in one process: `segments` lists (world, first step); each regroup re-splits the data."""
-    from dsgd_teach.models import loss_and_grad
-    from dsgd_teach.problem import get_problem
-    from dsgd_teach.sgd import batch_indices
-
     problem = get_problem(config.problem)
     w = problem.init_params.astype(np.float32, copy=True)
     ends = [first for _, first in segments[1:]] + [config.steps]
@@ -106,22 +112,19 @@ def local_sgd_replay(config, segments: list[tuple[int, int]]) -> np.ndarray:
 @pytest.fixture(scope="module")
 def three_workers():
     """A private three-worker cluster: killing one still leaves a group of two that talks through the ring."""
-    from dsgd_teach.cluster import start_client
-
     with start_client(3, quiet=True, use_gpu=False) as c:
         yield c
 
 
+def kill_rank_after_averages(client, rank: int, averages: int = 5) -> KillWorkerAfter:  # noqa: ANN001
+    """SIGKILL the worker that plan_group gives `rank` once rank 0 has traced `averages` averages."""
+    address = interleave_hosts(worker_addresses(client))[rank]  # the order plan_group gives ranks
+    return KillWorkerAfter(client, address, pushes=averages, rank=0, event="average")
+
+
 def test_local_sgd_worker_killed_the_others_regroup_from_the_last_average(three_workers):
-    import torch.distributed
-
-    from dsgd_teach.averaging import LocalSGDConfig, run_local_sgd
-    from dsgd_teach.ps.faults import KillWorkerAfter
-    from dsgd_teach.workers import interleave_hosts
-
-    rank1 = interleave_hosts(worker_addresses(three_workers))[1]  # the order plan_group gives ranks
     config = LocalSGDConfig(workers=3, steps=600, sync_every=4, eval_every=40, lr=0.3, timeout_s=20.0)
-    killer = KillWorkerAfter(three_workers, rank1, pushes=5, rank=0, event="average")
+    killer = kill_rank_after_averages(three_workers, rank=1)
     result = run_local_sgd(config, three_workers, killer)
     assert killer.killed
     trace = result.trace
@@ -136,51 +139,32 @@ def test_local_sgd_worker_killed_the_others_regroup_from_the_last_average(three_
                                rtol=1e-4, atol=1e-5)
     assert result.summary["final_test_accuracy"] > 0.9
     assert not any(three_workers.run(torch.distributed.is_initialized).values())
-    from dsgd_teach.averaging.plots import plot_local_sgd
-
     fig = plot_local_sgd({"killed": result})
     assert [t.get_text() for t in fig.axes[0].texts] == ["worker lost: 2 left"]
     plt.close(fig)
 
 
 def test_local_sgd_worker_killed_with_raise_stops_naming_the_dead_rank(three_workers):
-    from dsgd_teach.averaging import LocalSGDConfig, run_local_sgd
-    from dsgd_teach.live import WorkerLost
-    from dsgd_teach.ps.faults import KillWorkerAfter
-    from dsgd_teach.workers import interleave_hosts
-
-    rank2 = interleave_hosts(worker_addresses(three_workers))[2]
     config = LocalSGDConfig(workers=3, steps=600, sync_every=4, lr=0.3, timeout_s=20.0, on_worker_lost="raise")
-    killer = KillWorkerAfter(three_workers, rank2, pushes=5, rank=0, event="average")
+    killer = kill_rank_after_averages(three_workers, rank=2)
     with pytest.raises(WorkerLost, match="running rank 2 died"):
         run_local_sgd(config, three_workers, killer)
     assert killer.killed
 
 
 def test_local_sgd_whose_only_worker_dies_says_so(three_workers):
-    from dsgd_teach.averaging import LocalSGDConfig, run_local_sgd
-    from dsgd_teach.live import WorkerLost
-    from dsgd_teach.ps.faults import KillWorkerAfter
-    from dsgd_teach.workers import interleave_hosts
-
-    only = interleave_hosts(worker_addresses(three_workers))[0]
     config = LocalSGDConfig(workers=1, steps=20_000, sync_every=4, lr=0.3, timeout_s=20.0)
-    killer = KillWorkerAfter(three_workers, only, pushes=5, rank=0, event="average")
+    killer = kill_rank_after_averages(three_workers, rank=0)
     with pytest.raises(WorkerLost, match="every worker of the local-SGD run died"):
         run_local_sgd(config, three_workers, killer)
     assert killer.killed
 
 
 def _interrupted_at_once(ctx, *args):  # noqa: ANN001, ANN002
-    from dsgd_teach.live import RankInterrupted
-
     raise RankInterrupted(f"rank {ctx.rank}: a peer looks gone", "state")
 
 
 def test_an_interrupted_rank_without_a_dead_worker_is_still_an_error(client):
     """A peer that stalls (alive to the scheduler) is not a loss to recover from: the run fails loudly."""
-    from dsgd_teach.live import run_live
-    from dsgd_teach.trace import TraceRecorder
-
     with pytest.raises(RuntimeError, match="RankInterrupted: rank 0: a peer looks gone"):
         run_live(client, _interrupted_at_once, [()], TraceRecorder(), on_worker_lost="drop", timeout_s=60)
