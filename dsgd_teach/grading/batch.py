@@ -20,9 +20,10 @@ from typing import Any
 import nbformat
 from tqdm.auto import tqdm
 
-from . import bubblewrap, safeio
+from . import bubblewrap, reports, safeio
 from .feedback import write_feedback
 from .notebook import Assignment, load_assignment, nbgrader_meta, rebuild, rewrite_test, source_cells
+from .text import Redactor, clean, safe_grades
 from .verdict import Grade, check_reference, grade
 
 CSV_FIELDS = ["student", "assignment", "question", "points", "max_points", "reason", "sandbox"]
@@ -144,7 +145,7 @@ def run_worker(cells: list[dict[str, Any]], mode: str, limits: Limits, seed: int
         out = bubblewrap.run([sys.executable, "-m", "dsgd_teach.grading.worker"], json.dumps(job).encode(), budget)
         if out.timed_out:
             return {"error": f"grading this notebook took longer than {budget} s and was stopped"}
-        return _parse_result(out.result, out.returncode, out.stderr_tail)
+        return _parse_result(out.result, out.returncode, out.stderr_tail, mode)
     with tempfile.TemporaryDirectory(prefix="dsgd-worker-") as cwd:
         proc = subprocess.Popen([sys.executable, "-m", "dsgd_teach.grading.worker"], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd, start_new_session=True)
@@ -155,37 +156,49 @@ def run_worker(cells: list[dict[str, Any]], mode: str, limits: Limits, seed: int
             proc.communicate()
             return {"error": f"grading this notebook took longer than {budget} s and was stopped"}
     lines = out.decode(errors="replace").strip().splitlines()
-    return _parse_result(lines[-1].encode() if lines else None, proc.returncode, err.decode(errors="replace"))
+    return _parse_result(lines[-1].encode() if lines else None, proc.returncode, err.decode(errors="replace"), mode)
 
 
-def _parse_result(data: bytes | None, returncode: int | None, stderr: str) -> dict[str, Any]:
-    """The worker's JSON result, or {"error"} saying why there is none."""
-    try:
-        result = json.loads(data or b"")
-        if isinstance(result, dict) and isinstance(result.get("tests"), dict):
-            return result
-    except (ValueError, UnicodeDecodeError):
-        pass
+def _parse_result(data: bytes | None, returncode: int | None, stderr: str, mode: str) -> dict[str, Any]:
+    """The worker's result checked against the report schema, or {"error"} saying why there is none."""
+    if data:
+        try:
+            return reports.parse(data, mode)
+        except reports.BadReport as exc:
+            why = f"the grading process sent a result the grader refused: {exc}"
+            return {"error": why, "problems": [why]}
     tail = stderr.strip().splitlines()[-1:] or ["no output"]
-    return {"error": f"the grading process failed (exit {returncode}): {tail[0][:300]}"}
+    return {"error": f"the grading process failed (exit {returncode}): {clean(tail[0], 300)}"}
 
 
 def grade_one(sub: Submission, assignment: Assignment, reference: dict[str, Any], limits: Limits, seed: int,
               protected: list[str], *, sandbox: bool = True) -> list[Grade]:
-    """Grades for one submission; never raises for anything the submission does."""
-    def zero(reason: str) -> list[Grade]:
-        return [Grade(q.grade_id, 0.0, q.points, reason) for q in assignment.questions]
+    """Grades for one submission, every reason short, one line and free of hidden tests; never raises."""
+    try:
+        grades = _grade_one(sub, assignment, reference, limits, seed, protected, sandbox=sandbox)
+    except Exception as exc:  # noqa: BLE001 - whatever goes wrong with one submission is that submission's failure
+        why = f"grading this submission failed ({type(exc).__name__})"
+        grades = _zero(assignment, why) + [Grade("(integrity)", 0.0, 0.0, f"FLAGGED: {why}")]
+    return safe_grades(grades, Redactor.for_assignment(assignment, seed))
 
+
+def _zero(assignment: Assignment, reason: str) -> list[Grade]:
+    return [Grade(q.grade_id, 0.0, q.points, reason) for q in assignment.questions]
+
+
+def _grade_one(sub: Submission, assignment: Assignment, reference: dict[str, Any], limits: Limits, seed: int,
+               protected: list[str], *, sandbox: bool) -> list[Grade]:
     if sub.path is None:
-        return zero(sub.note or "no notebook submitted")
+        return _zero(assignment, sub.note or "no notebook submitted")
     try:
         nb = _read_notebook(sub.path)
         cells = rebuild(assignment, nb)
     except Exception as exc:  # noqa: BLE001 - a corrupt notebook scores zero with the reason
-        return zero(f"could not read the notebook: {type(exc).__name__}: {str(exc)[:200]}")
+        return _zero(assignment, f"could not read the notebook: {type(exc).__name__}: {str(exc)[:200]}")
     result = run_worker(cells, "student", limits, seed, protected, sandbox=sandbox)
     if "error" in result:
-        return zero(result["error"])
+        flagged = [Grade("(integrity)", 0.0, 0.0, "FLAGGED: " + "; ".join(result["problems"]))]
+        return _zero(assignment, result["error"]) + (flagged if result.get("problems") else [])
     return grade(assignment, reference, result)
 
 
@@ -228,16 +241,25 @@ def grade_batch(submissions_dir: Path, source_dir: Path, out_dir: Path, *, assig
         futures = {pool.submit(grade_one, s, assignments[s.assignment], references[s.assignment], limits, seed,
                                protected, sandbox=sandbox): s for s in graded}
         for fut in as_completed(futures):
-            futures[fut].grades = fut.result()
+            sub = futures[fut]
+            try:
+                sub.grades = fut.result()
+            except Exception as exc:  # noqa: BLE001 - grade_one does not raise; should it, one row fails, not all
+                sub.grades = _zero(assignments[sub.assignment], f"grading this submission failed ({type(exc).__name__})")
             bar.update(1)
     bar.close()
     # Every sandbox of the batch has been reaped (run_worker returns only then): nothing can touch what follows.
     safeio.write_atomic(out_dir, "grades.csv", _csv_text(subs, sandbox).encode())
+    unwritten = []
     for sub in graded:
-        write_feedback(out_dir / _feedback_path(sub), sub.student, sub.assignment, sub.grades, unsafe=not sandbox,
-                       root=out_dir)
+        try:
+            write_feedback(out_dir / _feedback_path(sub), sub.student, sub.assignment, sub.grades,
+                           unsafe=not sandbox, root=out_dir)
+        except (OSError, ValueError) as exc:  # one page that cannot be written does not cost the others theirs
+            unwritten.append(f"{_feedback_path(sub)}: {clean(exc, 200)}")
     summary = {"seed": seed, "submissions": len(graded), "seconds": round(time.perf_counter() - t0, 1),
-               "limits": limits.__dict__, "sandbox": SANDBOXED if sandbox else UNSAFE}
+               "limits": limits.__dict__, "sandbox": SANDBOXED if sandbox else UNSAFE,
+               "feedback_not_written": unwritten}
     safeio.write_atomic(out_dir, "grading.json", json.dumps(summary, indent=2).encode())
     return subs
 
@@ -252,7 +274,8 @@ def _csv_text(subs: list[Submission], sandbox: bool) -> str:
     writer.writeheader()
     for sub in subs:
         for g in sub.grades:
-            writer.writerow({"student": sub.student, "assignment": sub.assignment, "question": g.question,
-                             "points": g.points, "max_points": g.max_points, "reason": g.reason,
+            writer.writerow({"student": clean(sub.student, 200), "assignment": clean(sub.assignment, 200),
+                             "question": clean(g.question, 200), "points": g.points, "max_points": g.max_points,
+                             "reason": clean(g.reason),
                              "sandbox": SANDBOXED if sandbox else UNSAFE})
     return buf.getvalue()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,14 +43,19 @@ def grade(assignment: Assignment, reference: dict[str, Any], student: dict[str, 
     notes += [f"cell {e['index'] + 1} raised {e['error']}" for e in student.get("cell_errors", [])[:3]]
     note = "; ".join(notes)
     grades = []
+    problems = list(student.get("problems", []))
     for q in assignment.questions:
-        reason = _failure(reference["tests"][q.grade_id]["records"], student.get("tests", {}).get(q.grade_id))
+        try:
+            reason = _failure(reference["tests"][q.grade_id]["records"], student.get("tests", {}).get(q.grade_id))
+        except Exception as exc:  # noqa: BLE001 - a report the grader cannot compare fails its question only
+            reason = f"the check reports could not be compared ({type(exc).__name__})"
+            problems.append(f"{q.grade_id}: {reason}")
         if reason and note:
             reason += f" [{note}]"
         grades.append(Grade(q.grade_id, 0.0 if reason else q.points, q.points, reason or "passed"))
-    flags = student.get("flags", [])
+    flags = problems + [f"the sandbox denied {f}" for f in student.get("flags", [])]
     if flags:
-        grades.append(Grade("(integrity)", 0.0, 0.0, "FLAGGED: the sandbox denied " + "; ".join(flags[:5])))
+        grades.append(Grade("(integrity)", 0.0, 0.0, "FLAGGED: " + "; ".join(flags[:5])))
     return grades
 
 
@@ -69,6 +75,9 @@ def _failure(expected: list[dict[str, Any]], result: dict[str, Any] | None) -> s
         if not isinstance(rec, dict) or rec.get("label") != exp["label"]:
             return f"unexpected test output instead of {where} '{exp['label']}' (tampered output?)"
         if "error" in rec:
+            if exp.get("hidden"):  # only the exception's name: the text is the student's, and may quote the test
+                name = re.match(r"[A-Za-z_][\w.]{0,60}", str(rec["error"]))
+                return f"{where} '{exp['label']}': your value could not be checked ({name and name.group(0)})"
             return f"{where} '{exp['label']}': {rec['error']}"
         try:
             ok = same(rec["value"], exp["value"], exp.get("rtol", 0.0), exp.get("atol", 0.0))
