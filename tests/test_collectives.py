@@ -73,11 +73,12 @@ def test_ring_states_with_empty_chunks_still_complete() -> None:
                 assert cell == frozenset(range(n))
 
 
-def test_closed_form_bytes_of_naive_and_tree() -> None:
+def test_closed_form_bytes_of_naive_and_doubling() -> None:
     assert [elements_sent("naive", 10, 4, r) for r in range(4)] == [30, 10, 10, 10]
     # n = 3: rank 0 folds into rank 1 (sends once); ranks 1 and 2 do one doubling round, rank 1 returns the sum.
-    assert [elements_sent("tree", 10, 3, r) for r in range(3)] == [10, 20, 10]
-    assert [elements_sent("tree", 10, 4, r) for r in range(4)] == [20] * 4
+    assert [elements_sent("doubling", 10, 3, r) for r in range(3)] == [10, 20, 10]
+    assert [elements_sent("doubling", 10, 4, r) for r in range(4)] == [20] * 4
+    assert elements_sent("tree", 10, 3, 1) == 20  # the old name still means recursive doubling
     assert elements_sent("ring", 10, 1, 0) == 0
     with pytest.raises(ValueError, match="library"):
         elements_sent("library", 10, 2, 0)
@@ -98,9 +99,18 @@ def test_cost_model_matches_textbook_formulas() -> None:
     k, n = 1 << 20, 4
     assert math.isclose(predict_seconds(m, "ring", n, k), 2 * (n - 1) * (m.alpha + m.beta * 4 * k / n))
     assert math.isclose(predict_seconds(m, "naive", n, k), 2 * (n - 1) * (m.alpha + m.beta * 4 * k))
-    assert math.isclose(predict_seconds(m, "tree", n, k), 2 * (m.alpha + m.beta * 4 * k))
+    assert math.isclose(predict_seconds(m, "doubling", n, k), 2 * (m.alpha + m.beta * 4 * k))
     assert predict_seconds(m, "ring", 1, k) == 0.0
-    assert len(schedule_steps("tree", 6, 100)) == 2 + 2  # 4 take part in 2 rounds, plus fold and unfold
+    assert len(schedule_steps("doubling", 6, 100)) == 2 + 2  # 4 take part in 2 rounds, plus fold and unfold
+    for n in (2, 3, 4, 5, 8):  # binomial tree: 2 ceil(log2 N) (alpha + beta B)
+        rounds = math.ceil(math.log2(n))
+        assert math.isclose(predict_seconds(m, "binomial", n, k), 2 * rounds * (m.alpha + m.beta * 4 * k))
+    for n in (2, 4, 8):  # Rabenseifner: 2 log2 N alpha + 2 (N-1)/N B beta
+        want = 2 * math.log2(n) * m.alpha + 2 * (n - 1) / n * 4 * k * m.beta
+        assert math.isclose(predict_seconds(m, "halving-doubling", n, k), want)
+    # N = 6 folds 2 ranks into partners first: one more step of alpha + beta B at each end
+    want6 = 2 * (m.alpha + m.beta * 4 * k) + 2 * 2 * m.alpha + 2 * 3 / 4 * 4 * k * m.beta
+    assert math.isclose(predict_seconds(m, "halving-doubling", 6, k), want6)
     # For large messages the ring wins over the naive star by a factor approaching n.
     assert predict_seconds(m, "naive", 8, k) / predict_seconds(m, "ring", 8, k) > 7.5
     assert math.isclose(bus_bandwidth(1e6, 2, 1e-3), 1e9)
@@ -112,10 +122,12 @@ def test_cost_model_matches_textbook_formulas() -> None:
     [
         (AllreduceConfig, "workers", 0),
         (AllreduceConfig, "algorithm", "star"),
+        (AllreduceConfig, "algorithm", 3),
         (AllreduceConfig, "elements", -1),
         (AllreduceConfig, "device", "tpu"),
         (AllreduceConfig, "timeout_s", 0.0),
         (SweepConfig, "algorithms", "ring,nope"),
+        (SweepConfig, "algorithms", " , "),
         (SweepConfig, "max_log2_bytes", 1),
         (AllreduceSGDConfig, "allreduce", "mpi"),
         (AllreduceSGDConfig, "lr", -1.0),

@@ -1,15 +1,19 @@
-"""Chapter 05: collective communication from scratch — allreduce by hand (naive, recursive doubling, ring)."""
+"""Chapter 05: collective communication from scratch — allreduce by hand (naive, doubling, trees, ring)."""
 
 from .algorithms import (
     ALGORITHMS,
     HAND_WRITTEN,
+    binomial_allreduce,
     chunk_sizes,
     doubling_allreduce,
     elements_sent,
+    get_allreduce,
+    halving_doubling_allreduce,
     library_allreduce,
     naive_allreduce,
     ring_allreduce,
     ring_schedule,
+    schedule,
 )
 from .cost_model import AlphaBeta, bus_bandwidth, fit_alpha_beta, predict_seconds
 from .data_parallel import AllreduceSGDConfig, run_allreduce_sgd
@@ -31,6 +35,7 @@ __all__ = [
     "AlphaBeta",
     "GroupSpec",
     "SweepConfig",
+    "binomial_allreduce",
     "bus_bandwidth",
     "chunk_sizes",
     "compare_links",
@@ -40,6 +45,8 @@ __all__ = [
     "expected_sum",
     "find_free_port",
     "fit_alpha_beta",
+    "get_allreduce",
+    "halving_doubling_allreduce",
     "library_allreduce",
     "messages_from_trace",
     "naive_allreduce",
@@ -59,6 +66,7 @@ __all__ = [
     "run_allreduce_sgd",
     "run_in_group",
     "run_sweep",
+    "schedule",
     "verify_algorithms",
 ]
 
@@ -114,7 +122,7 @@ def _plot_loss(result: Any) -> Any:
 
 EXPERIMENTS = {
     "allreduce": Experiment("allreduce", AllreduceConfig, run_allreduce,
-                            "one allreduce algorithm (naive, tree, ring, library) at one size, every message logged",
+                            "one allreduce algorithm (naive, doubling, binomial, halving-doubling, ring, library), every message logged",
                             _plot_allreduce),
     "allreduce-sweep": Experiment("allreduce-sweep", SweepConfig, run_sweep,
                                   "time every allreduce against message size and fit the alpha-beta model",

@@ -1,8 +1,9 @@
-"""Allreduce (sum) by hand, with point-to-point messages only: naive, recursive doubling, and the chunked ring.
+"""Allreduce (sum) by hand, with point-to-point messages only: the naive star, the chunked ring, and the registry.
 
-Each function takes a Comm and this rank's tensor and returns a new tensor holding the sum over all ranks; every
-message goes through Comm.exchange and is therefore counted. `library` is torch.distributed.all_reduce, the
-professional reference (gloo or NCCL), whose messages we cannot see.
+Each function takes a Comm and this rank's tensor (any shape, strides and gloo-reducible dtype) and returns a new
+tensor of the same shape and dtype holding the sum over all ranks; every message goes through Comm.exchange and
+is therefore counted. Recursive doubling, the binomial tree and halving-doubling live in logarithmic.py.
+`library` is torch.distributed.all_reduce, the professional reference (gloo or NCCL), whose messages we cannot see.
 """
 
 from __future__ import annotations
@@ -13,19 +14,16 @@ import torch
 import torch.distributed as dist
 
 from .comm import Comm
-
-
-def chunk_sizes(k: int, n: int) -> list[int]:
-    """Sizes of the n ring chunks of a length-k vector: k // n each, the first k % n one element longer."""
-    return [k // n + (1 if i < k % n else 0) for i in range(n)]
-
-
-def chunk_offsets(k: int, n: int) -> list[int]:
-    """Start index of each chunk (len n + 1, the last entry is k)."""
-    out = [0]
-    for size in chunk_sizes(k, n):
-        out.append(out[-1] + size)
-    return out
+from .layout import chunk_offsets, chunk_sizes, doubling_layout
+from .logarithmic import (
+    binomial_allreduce,
+    binomial_schedule,
+    doubling_allreduce,
+    doubling_schedule,
+    halving_doubling_allreduce,
+    halving_doubling_schedule,
+)
+from .tensors import check_reducible, flat_copy, restore
 
 
 def ring_send_chunk(rank: int, n: int, phase: str, step: int) -> int:
@@ -54,12 +52,10 @@ def ring_schedule(k: int, n: int) -> list[dict[str, int | str]]:
 def ring_allreduce(comm: Comm, x: torch.Tensor) -> torch.Tensor:
     """Bandwidth-optimal ring (Patarasuk & Yuan 2009): 2(n-1) steps, each sending one chunk of about k/n."""
     n, r = comm.world, comm.rank
-    out = x.clone()
-    if n == 1:
-        return out
+    out = flat_copy(comm, x, "ring_allreduce")  # a contiguous 1-D copy: any shape or strides, same dtype
     bounds = chunk_offsets(out.numel(), n)
     right, left = (r + 1) % n, (r - 1) % n
-    buf = torch.empty(max(chunk_sizes(out.numel(), n)), dtype=x.dtype, device=x.device)
+    buf = torch.empty(max(chunk_sizes(out.numel(), n)), dtype=out.dtype, device=out.device)
     for phase_no, phase in enumerate(("reduce-scatter", "all-gather")):
         for s in range(n - 1):
             c_send = ring_send_chunk(r, n, phase, s)
@@ -72,7 +68,7 @@ def ring_allreduce(comm: Comm, x: torch.Tensor) -> torch.Tensor:
                 out[lo:hi] += incoming
             else:
                 out[lo:hi] = incoming
-    return out
+    return restore(out, x)  # back to the input's shape and dtype
 
 
 def naive_allreduce(comm: Comm, x: torch.Tensor, root: int = 0) -> torch.Tensor:
@@ -81,7 +77,7 @@ def naive_allreduce(comm: Comm, x: torch.Tensor, root: int = 0) -> torch.Tensor:
     Root handles 2(n-1) full-size messages one after another, so its link is the bottleneck.
     """
     n, r = comm.world, comm.rank
-    out = x.clone()
+    out = flat_copy(comm, x, "naive_allreduce")
     others = [p for p in range(n) if p != root]
     buf = torch.empty_like(out)
     for i, peer in enumerate(others):
@@ -96,57 +92,13 @@ def naive_allreduce(comm: Comm, x: torch.Tensor, root: int = 0) -> torch.Tensor:
             comm.exchange(out, peer, step=step, phase="broadcast")
         elif r == peer:
             comm.exchange(recv=out, src=root, step=step, phase="broadcast")
-    return out
-
-
-def doubling_layout(n: int) -> tuple[int, int]:
-    """(p, extra): the largest power of two p <= n, and extra = n - p ranks that fold into a partner first."""
-    p = 1
-    while p * 2 <= n:
-        p *= 2
-    return p, n - p
-
-
-def doubling_allreduce(comm: Comm, x: torch.Tensor) -> torch.Tensor:
-    """Recursive doubling: log2(n) rounds, partners r and r XOR 2^i swap their whole partial sums.
-
-    For n not a power of two, the first 2*extra ranks pair up: even ones hand their vector to the odd neighbour,
-    sit out the rounds, and get the result back at the end (two extra steps).
-    """
-    n, r = comm.world, comm.rank
-    out = x.clone()
-    p, extra = doubling_layout(n)
-    buf = torch.empty_like(out)
-    step = 0
-    if extra:
-        if r < 2 * extra and r % 2 == 0:
-            comm.exchange(out, r + 1, step=0, phase="fold")
-        elif r < 2 * extra:
-            comm.exchange(recv=buf, src=r - 1, step=0, phase="fold")
-            out += buf
-        step = 1
-    sitting_out = r < 2 * extra and r % 2 == 0
-    vrank = (r // 2) if r < 2 * extra else r - extra  # rank among the p that take part
-    mask = 1
-    while mask < p:
-        if not sitting_out:
-            vpeer = vrank ^ mask
-            peer = vpeer * 2 + 1 if vpeer < extra else vpeer + extra
-            comm.exchange(out, peer, buf, peer, step=step, phase="doubling")
-            out += buf
-        step += 1
-        mask *= 2
-    if extra:
-        if sitting_out:
-            comm.exchange(recv=out, src=r + 1, step=step, phase="unfold")
-        elif r < 2 * extra:
-            comm.exchange(out, r - 1, step=step, phase="unfold")
-    return out
+    return restore(out, x)
 
 
 def library_allreduce(comm: Comm, x: torch.Tensor) -> torch.Tensor:
     """torch.distributed.all_reduce (gloo or NCCL's own algorithms): the reference; its messages are not logged."""
-    out = x.clone()
+    check_reducible(comm, x, "library_allreduce")
+    out = x.detach().clone(memory_format=torch.contiguous_format)
     comm.wait_all([dist.all_reduce(out, op=dist.ReduceOp.SUM, async_op=True)])
     return out
 
@@ -165,28 +117,71 @@ Allreduce = Callable[[Comm, torch.Tensor], torch.Tensor]
 #: The algorithms a config may name; "library" is the reference, the others are written by hand.
 ALGORITHMS: dict[str, Allreduce] = {
     "naive": naive_allreduce,
-    "tree": doubling_allreduce,
+    "doubling": doubling_allreduce,
+    "binomial": binomial_allreduce,
+    "halving-doubling": halving_doubling_allreduce,
     "ring": ring_allreduce,
     "library": library_allreduce,
 }
-HAND_WRITTEN = ("naive", "tree", "ring")
+HAND_WRITTEN = ("naive", "doubling", "binomial", "halving-doubling", "ring")
+#: Old names still accepted: "tree" was this package's first name for recursive doubling (a butterfly, not a
+#: tree); the course's simulator still uses it. New code names "doubling" or the real tree, "binomial".
+ALIASES = {"tree": "doubling"}
+
+
+def resolve(name: str) -> str:
+    """The registered name an algorithm name or alias stands for ("tree" -> "doubling")."""
+    return ALIASES.get(name, name)
+
+
+def check_algorithm(field: str, value: object) -> None:
+    """Raise ValueError naming `field` and the allowed algorithms unless value names one (or an alias)."""
+    if not isinstance(value, str) or resolve(value) not in ALGORITHMS:
+        raise ValueError(f"{field} must be one of {', '.join(map(repr, ALGORITHMS))}; got {value!r}")
+
+
+def get_allreduce(name: str) -> Allreduce:
+    """The allreduce function registered as `name` (or its alias); ValueError naming the known ones."""
+    try:
+        return ALGORITHMS[resolve(name)]
+    except KeyError:
+        raise ValueError(f"unknown allreduce {name!r}; known: {', '.join(ALGORITHMS)}") from None
+
+
+def schedule(algorithm: str, k: int, n: int) -> list[dict[str, int | str]]:
+    """Every non-empty message a hand-written allreduce sends on a length-k vector over n ranks."""
+    name = resolve(algorithm)
+    if name == "ring":
+        return ring_schedule(k, n)
+    if name == "naive":
+        gather = [{"step": i, "phase": "gather", "src": p, "dst": 0, "elements": k} for i, p in enumerate(range(1, n))]
+        bcast = [{"step": n - 1 + i, "phase": "broadcast", "src": 0, "dst": p, "elements": k}
+                 for i, p in enumerate(range(1, n))]
+        return gather + bcast if k else []
+    planners = {"doubling": doubling_schedule, "binomial": binomial_schedule,
+                "halving-doubling": halving_doubling_schedule}
+    if name not in planners:
+        raise ValueError(f"no schedule for algorithm {algorithm!r}; known: {', '.join(HAND_WRITTEN)}")
+    return planners[name](k, n)
 
 
 def elements_sent(algorithm: str, k: int, n: int, rank: int) -> int:
     """How many elements `rank` sends in one allreduce of a length-k vector (closed form, checked by the tests)."""
+    name = resolve(algorithm)
+    if name not in HAND_WRITTEN:
+        raise ValueError(f"no byte count for algorithm {algorithm!r}; known: {HAND_WRITTEN}")
     if n == 1 or k == 0:
         return 0
-    if algorithm == "ring":
+    if name == "ring":
         sizes = chunk_sizes(k, n)
         # Reduce-scatter sends every chunk but (rank + 1), all-gather every chunk but (rank + 2).
         return 2 * k - sizes[(rank + 1) % n] - sizes[(rank + 2) % n]
-    if algorithm == "naive":
+    if name == "naive":
         return (n - 1) * k if rank == 0 else k
-    if algorithm == "tree":
+    if name == "doubling":
         p, extra = doubling_layout(n)
         rounds = p.bit_length() - 1
         if rank < 2 * extra:
             return k if rank % 2 == 0 else (rounds + 1) * k
         return rounds * k
-    raise ValueError(f"no byte count for algorithm {algorithm!r}; known: {HAND_WRITTEN}")
-
+    return sum(int(m["elements"]) for m in schedule(name, k, n) if m["src"] == rank)

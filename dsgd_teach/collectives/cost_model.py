@@ -2,6 +2,13 @@
 
 alpha and beta are fitted from a ping-pong between two ranks; the model then predicts each allreduce from its
 schedule (how many communication steps, how many bytes per step), which the plots set against measurements.
+With B = itemsize * K bytes and N ranks, the steps add up to (Thakur, Rabenseifner & Gropp 2005, sec. 4;
+Patarasuk & Yuan 2009 for the ring):
+* naive star      2(N-1) (alpha + beta B)
+* doubling        log2 N (alpha + beta B)                    (butterfly; +2 fold steps if N is no power of two)
+* binomial tree   2 ceil(log2 N) (alpha + beta B)            (reduce to rank 0, then broadcast)
+* halving-doubl.  2 log2 N alpha + 2 (N-1)/N B beta          (+2 fold steps of alpha + beta B otherwise)
+* ring            2(N-1) (alpha + beta B/N)
 """
 
 from __future__ import annotations
@@ -11,7 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .algorithms import chunk_sizes, doubling_layout
+from .algorithms import resolve, schedule
+from .layout import chunk_sizes, doubling_layout
 
 
 @dataclass(frozen=True)
@@ -56,14 +64,19 @@ def schedule_steps(algorithm: str, n: int, k: int, itemsize: int = 4) -> list[fl
     """Bytes of the largest message in each sequential step of one allreduce (what the slowest link carries)."""
     if n <= 1 or k == 0:
         return []
-    nbytes = k * itemsize
-    if algorithm == "ring":
+    nbytes, name = k * itemsize, resolve(algorithm)
+    if name == "ring":
         return [max(chunk_sizes(k, n)) * itemsize] * (2 * (n - 1))
-    if algorithm == "naive":
+    if name == "naive":
         return [nbytes] * (2 * (n - 1))
-    if algorithm == "tree":
+    if name == "doubling":
         p, extra = doubling_layout(n)
         return [nbytes] * ((p.bit_length() - 1) + (2 if extra else 0))
+    if name in ("binomial", "halving-doubling"):
+        largest: dict[int, int] = {}
+        for m in schedule(name, k, n):
+            largest[int(m["step"])] = max(largest.get(int(m["step"]), 0), int(m["elements"]))
+        return [largest[s] * itemsize for s in sorted(largest)]
     raise ValueError(f"no schedule for {algorithm!r}")
 
 

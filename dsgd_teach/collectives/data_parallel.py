@@ -21,7 +21,7 @@ from ..models import loss_and_grad
 from ..problem import TrainingConfig, get_problem
 from ..sgd import batch_indices
 from ..trace import OnUpdate, Result, TraceRecorder
-from .algorithms import ALGORITHMS
+from .algorithms import check_algorithm, get_allreduce
 from .comm import Comm
 from .group import DEVICES, plan_group, run_in_group
 
@@ -39,7 +39,7 @@ class AllreduceSGDConfig(TrainingConfig):
     def validate(self) -> None:
         super().validate()
         check_int("workers", self.workers, 1, 16)
-        check_choice("allreduce", self.allreduce, tuple(ALGORITHMS))
+        check_algorithm("allreduce", self.allreduce)
         check_choice("device", self.device, DEVICES)
         check_float("timeout_s", self.timeout_s, 0.0, 3600.0, lo_open=True)
         check_float("run_timeout_s", self.run_timeout_s, 0.0, 86400.0, lo_open=True)
@@ -49,7 +49,7 @@ def _sgd_rank(ctx: WorkerContext, comm: Comm, config: AllreduceSGDConfig) -> np.
     """One rank's training loop: local gradient, allreduce, identical update on every rank."""
     problem = get_problem(config.problem)
     shard = problem.train_shard(comm.rank, comm.world)
-    allreduce = ALGORITHMS[config.allreduce]
+    allreduce = get_allreduce(config.allreduce)
     w = problem.init_params.astype(np.float32, copy=True)
     for step in range(config.steps):
         t = time.perf_counter()

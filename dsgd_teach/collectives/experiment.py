@@ -16,7 +16,7 @@ from distributed import Client
 
 from ..config import Config, check_choice, check_float, check_int
 from ..trace import OnUpdate, Result, TraceRecorder
-from .algorithms import ALGORITHMS, HAND_WRITTEN
+from .algorithms import ALGORITHMS, HAND_WRITTEN, check_algorithm, resolve
 from .cost_model import AlphaBeta, bus_bandwidth, fit_alpha_beta, predict_seconds
 from .group import DEVICES, GroupSpec, group_hosts, plan_group, run_in_group
 from .session import Plan, rank_input, run_plan
@@ -40,7 +40,7 @@ class AllreduceConfig(Config):
 
     def validate(self) -> None:
         check_int("workers", self.workers, 1, 16)
-        check_choice("algorithm", self.algorithm, tuple(ALGORITHMS))
+        check_algorithm("algorithm", self.algorithm)
         check_int("elements", self.elements, 0, MAX_ELEMENTS)
         check_int("repeats", self.repeats, 1, 1000)
         check_int("warmup", self.warmup, 0, 100)
@@ -55,7 +55,7 @@ class SweepConfig(Config):
     """Time `algorithms` (comma-separated) on sizes 2**min_log2_bytes .. 2**max_log2_bytes, and fit alpha-beta."""
 
     workers: int = 2
-    algorithms: str = "naive,tree,ring,library"
+    algorithms: str = "naive,doubling,binomial,halving-doubling,ring,library"
     min_log2_bytes: int = 10
     max_log2_bytes: int = 22
     repeats: int = 3
@@ -69,8 +69,10 @@ class SweepConfig(Config):
         check_int("workers", self.workers, 1, 16)
         if not isinstance(self.algorithms, str):
             raise ValueError(f"algorithms must be a comma-separated string of {', '.join(ALGORITHMS)}; got {self.algorithms!r}")
+        if not self.algorithm_list:
+            raise ValueError(f"algorithms must name at least one of {', '.join(ALGORITHMS)}; got {self.algorithms!r}")
         for name in self.algorithm_list:
-            check_choice("algorithms", name, tuple(ALGORITHMS))
+            check_algorithm("algorithms", name)
         check_int("min_log2_bytes", self.min_log2_bytes, 2, 26)
         check_int("max_log2_bytes", self.max_log2_bytes, self.min_log2_bytes, 26)
         check_int("repeats", self.repeats, 1, 1000)
@@ -149,7 +151,7 @@ def predicted_frame(model: AlphaBeta, world: int, algorithms: tuple[str, ...], s
     """alpha-beta predictions for each hand-written algorithm and size (one row each)."""
     rows = [
         {"algorithm": a, "world": world, "nbytes": b, "predicted_seconds": predict_seconds(model, a, world, b // 4)}
-        for a in algorithms if a in HAND_WRITTEN for b in sizes_bytes
+        for a in algorithms if resolve(a) in HAND_WRITTEN for b in sizes_bytes
     ]
     return pd.DataFrame(rows, columns=["algorithm", "world", "nbytes", "predicted_seconds"])
 

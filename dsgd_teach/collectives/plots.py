@@ -13,7 +13,8 @@ from matplotlib.figure import Figure
 from ..trace import Result
 from .cost_model import AlphaBeta, predict_seconds
 
-COLORS = {"naive": "tab:red", "tree": "tab:orange", "ring": "tab:blue", "library": "tab:gray"}
+COLORS = {"naive": "tab:red", "doubling": "tab:orange", "tree": "tab:orange", "binomial": "tab:green",
+          "halving-doubling": "tab:purple", "ring": "tab:blue", "library": "tab:gray"}
 
 
 def link_matrix(trace: pd.DataFrame) -> np.ndarray:
@@ -126,7 +127,7 @@ def plot_bytes_per_step(ax: Axes, messages: pd.DataFrame, algorithm: str) -> Non
 
 
 def compare_links(results: Mapping[str, Result], figsize: tuple[float, float] = (10, 3.2)) -> Figure:
-    """Side-by-side bytes-per-link heat maps for several runs (e.g. naive, tree, ring)."""
+    """Side-by-side bytes-per-link heat maps for several runs (e.g. naive, doubling, ring)."""
     fig, axes = plt.subplots(1, len(results), figsize=figsize)
     for ax, (label, result) in zip(np.atleast_1d(axes), results.items(), strict=True):
         plot_links(ax, result.trace, title=label)

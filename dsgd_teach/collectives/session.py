@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 
 from ..live import WorkerContext
-from .algorithms import ALGORITHMS, recv_first_exchange
+from .algorithms import get_allreduce, recv_first_exchange
 from .comm import Comm
 
 
@@ -81,7 +81,7 @@ def run_plan(ctx: WorkerContext, comm: Comm, plan: Plan) -> dict[str, Any]:
     if plan.pingpong_sizes and comm.world >= 2:
         result["pingpong"] = pingpong(comm, plan.pingpong_sizes, plan.pingpong_repeats)
     for job_no, (algorithm, k) in enumerate(plan.jobs):
-        fn = recv_first_exchange if algorithm == "recv-first" else ALGORITHMS[algorithm]
+        fn = recv_first_exchange if algorithm == "recv-first" else get_allreduce(algorithm)
         x = torch.from_numpy(rank_input(plan.seed, comm.rank, k)).to(comm.device)
         for call in range(plan.warmup + plan.repeats):
             comm.take_log()
