@@ -30,6 +30,7 @@ from dsgd_teach.collectives import (
     run_allreduce,
     run_allreduce_sgd,
     run_sweep,
+    schedule,
     verify_algorithms,
 )
 from dsgd_teach.collectives.cost_model import schedule_steps
@@ -92,6 +93,11 @@ def test_byte_counts_are_exact(sessions: dict, n: int) -> None:
         # every send has a matching receive with the same size, step and endpoints
         key = ["src", "dst", "step", "elements"]
         assert sorted(map(tuple, sent[key].values.tolist())) == sorted(map(tuple, recv[key].values.tolist()))
+        # every hand-written algorithm sends exactly the messages its schedule lists
+        logged_steps = sorted((m.step, m.phase, m.src, m.dst, m.elements) for m in sent.itertuples())
+        assert logged_steps == sorted(
+            (m["step"], m["phase"], m["src"], m["dst"], m["elements"]) for m in schedule(algorithm, k, n)
+        ), (algorithm, k, n)
         if algorithm == "ring":
             logged = {(m.step, m.src, m.dst, m.chunk, m.elements) for m in sent.itertuples()}
             planned = {(m["step"], m["src"], m["dst"], m["chunk"], m["elements"]) for m in ring_schedule(k, n)}
@@ -125,6 +131,28 @@ def test_run_allreduce_trace_and_ring_visual_from_real_messages(cluster4: Client
     fig = get("allreduce").plot(result)  # what `dsgd-teach run allreduce` saves
     assert len(fig.axes) == 2
     plt.close(fig)
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("n", [3, 4])
+def test_link_loads_the_chapter_states(cluster4: Client, n: int) -> None:
+    """Chapter 05's sentences about links, checked against the traced messages of real runs."""
+    from dsgd_teach.collectives.plots import link_matrix
+
+    k = 24  # divisible by 3 and 4
+    mats = {a: link_matrix(run_allreduce(AllreduceConfig(workers=n, algorithm=a, elements=k, repeats=1,
+                                                         device="cpu"), cluster4).trace)
+            for a in ("naive", "ring", "halving-doubling")}
+    ring = mats["ring"]
+    for r in range(n):  # each ring link carries 2(N-1)K/N numbers, about 2K; no other link is used
+        assert ring[r, (r + 1) % n] == 4 * 2 * (n - 1) * k // n
+    assert ring.sum() == n * 4 * 2 * (n - 1) * k // n
+    star = mats["naive"]  # the server sends (N-1)K and receives (N-1)K: per direction, N/2 times a ring rank
+    assert star[0].sum() == star[:, 0].sum() == 4 * (n - 1) * k
+    assert star[0].sum() / ring[0].sum() == n / 2
+    assert star[1:, 1:].sum() == 0
+    if n == 4:  # halving-doubling sends the ring's 2(N-1)K/N per rank, over log2 N partners
+        assert (mats["halving-doubling"].sum(axis=1) == 4 * 2 * (n - 1) * k // n).all()
 
 
 @pytest.mark.timeout(120)
