@@ -30,15 +30,17 @@ CSV_FIELDS = ["student", "assignment", "question", "points", "max_points", "reas
 SANDBOXED = "bubblewrap"
 UNSAFE = "NONE: graded with --unsafe-no-sandbox, these grades are not protected against a hostile class"
 SKIPPED = "(skipped)"
+KILL_GRACE_S = 60  # after the notebook's budget: shutting the kernel down and sending the result
 
 
 @dataclass(frozen=True)
 class Limits:
-    """Per-cell timeout and per-kernel memory and CPU-time limits."""
+    """Per-cell timeout, one wall-clock budget per notebook, and per-kernel memory and CPU-time limits."""
 
     timeout_s: int = 60
     memory_mb: int = 1536
     cpu_s: int = 600
+    notebook_s: int = 900
 
 
 @dataclass
@@ -138,9 +140,9 @@ def run_worker(cells: list[dict[str, Any]], mode: str, limits: Limits, seed: int
     job = {
         "cells": [{**c, "source": rewrite_test(c["source"], mode)} if "grade_id" in c else c for c in cells],
         "timeout": limits.timeout_s, "memory_mb": limits.memory_mb, "cpu_s": limits.cpu_s,
-        "seed": seed, "protected": [] if sandbox else protected,
+        "seed": seed, "protected": [] if sandbox else protected, "budget_s": limits.notebook_s,
     }
-    budget = limits.timeout_s * (len(cells) + 2) + 180
+    budget = limits.notebook_s + KILL_GRACE_S  # the worker stops at notebook_s; this is the hard stop
     if sandbox:
         out = bubblewrap.run([sys.executable, "-m", "dsgd_teach.grading.worker"], json.dumps(job).encode(), budget)
         if out.timed_out:

@@ -18,6 +18,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=Path("graded"), help="where grades.csv and feedback/ go")
     p.add_argument("--source", type=Path, default=None, help="assignment sources (default: course/assignments/source)")
     p.add_argument("--timeout", type=int, default=60, help="seconds per cell (default 60)")
+    p.add_argument("--notebook-s", type=int, default=900,
+                   help="wall-clock seconds per notebook, whatever its number of cells (default 900)")
     p.add_argument("--memory-mb", type=int, default=1536, help="address-space limit per kernel (default 1536)")
     p.add_argument("--cpu-s", type=int, default=600, help="CPU seconds per kernel (default 600)")
     p.add_argument("--seed", type=int, default=None, help="seed for hidden-test inputs (default: random per batch)")
@@ -40,7 +42,7 @@ def main(argv: list[str]) -> int:
         return 2
     try:
         subs = grade_batch(args.submissions, source, args.out, assignment=args.assignment,
-                           limits=Limits(args.timeout, args.memory_mb, args.cpu_s), seed=args.seed,
+                           limits=Limits(args.timeout, args.memory_mb, args.cpu_s, args.notebook_s), seed=args.seed,
                            jobs=args.jobs, progress=not args.no_progress, sandbox=not args.unsafe_no_sandbox)
     except (ValueError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -1,7 +1,9 @@
 """Kernel wrapper used by the grader: set resource limits, fence the process, then run a normal ipykernel.
 
 Usage (written into a private kernelspec by the worker):
-    python -m dsgd_teach.grading.kernel MEMORY_MB CPU_S WORKDIR PROTECTED_PATHS_JSON -- <ipykernel args>
+    python -m dsgd_teach.grading.kernel MEMORY_MB CPU_S WORKDIR PROTECTED_PATHS_JSON DENIAL_FD -- <ipykernel args>
+
+DENIAL_FD is the write end of the worker's denial channel (-1: report denials on stderr).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import sys
 def main(argv: list[str]) -> None:
     """Apply limits and the audit hook in this process, then hand over to ipykernel."""
     split = argv.index("--")
-    memory_mb, cpu_s, workdir, protected = argv[:split]
+    memory_mb, cpu_s, workdir, protected, denial_fd = argv[:split]
     from . import sandbox
 
     os.chdir(workdir)
@@ -27,7 +29,7 @@ def main(argv: list[str]) -> None:
 
     roots = sandbox.default_read_roots()
     sandbox.set_limits(int(memory_mb), int(cpu_s))
-    sandbox.install(workdir, roots, json.loads(protected))
+    sandbox.install(workdir, roots, json.loads(protected), int(denial_fd))
     ipykernel.kernelapp.launch_new_instance(argv=argv[split + 1:])
 
 

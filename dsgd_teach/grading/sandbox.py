@@ -42,8 +42,11 @@ def set_limits(memory_mb: int, cpu_s: int) -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (256 * 1024 * 1024, 256 * 1024 * 1024))
 
 
-def install(workdir: str, read_roots: Iterable[str], protected: Iterable[str]) -> None:
-    """Add the audit hook: reads only under read_roots or workdir (never under protected), writes only in workdir."""
+def install(workdir: str, read_roots: Iterable[str], protected: Iterable[str], denial_fd: int = -1) -> None:
+    """Add the audit hook: reads only under read_roots or workdir (never under protected), writes only in workdir.
+
+    Denials are written to denial_fd (moved to a close-on-exec fd of the hook's own), else to a copy of stderr.
+    """
     realpath, isinstance_, str_, bytes_ = os.path.realpath, isinstance, str, bytes
     fsdecode, fspath, getpid, write = os.fsdecode, os.fspath, os.getpid, os.write
     lstat, readlink, getcwd = os.lstat, os.readlink, os.getcwd
@@ -52,7 +55,9 @@ def install(workdir: str, read_roots: Iterable[str], protected: Iterable[str]) -
     fenced = tuple(sorted(realpath(p) for p in protected))
     writable = (work, "/dev/null")
     own_pid = getpid()
-    stderr_fd = os.dup(2)
+    report_fd = os.dup(denial_fd if denial_fd >= 0 else 2)  # os.dup's copy is not inherited by children
+    if denial_fd >= 0:
+        os.close(denial_fd)
 
     def under(path: str, roots: tuple[str, ...]) -> bool:
         return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
@@ -77,7 +82,7 @@ def install(workdir: str, read_roots: Iterable[str], protected: Iterable[str]) -
 
     def deny(event: str, detail: object) -> None:
         try:
-            write(stderr_fd, f"{FLAG} {event} {detail!r}\n".encode()[:2000])
+            write(report_fd, f"{FLAG} {event} {detail!r}\n".encode()[:2000])
         except OSError:
             pass
         raise PermissionError(f"not allowed while grading: {event} {detail!r}")

@@ -41,6 +41,7 @@ def grade(assignment: Assignment, reference: dict[str, Any], student: dict[str, 
     skipped = student.get("skipped", [])
     notes = [f"cell {s['index'] + 1} was skipped ({s['why']})" for s in skipped if s.get("index", -1) >= 0]
     notes += [f"cell {e['index'] + 1} raised {e['error']}" for e in student.get("cell_errors", [])[:3]]
+    notes += [student["stopped"]] if student.get("stopped") else []
     note = "; ".join(notes)
     grades = []
     problems = list(student.get("problems", []))

@@ -10,13 +10,19 @@ kernel is restarted, the cells before it are replayed (already graded test cells
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import resource
+import select
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
+import termios
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -30,15 +36,84 @@ from .probe import MIME
 from .sandbox import FLAG
 
 KERNEL_NAME = "dsgd-grading"
-STUDENT_BEGINS = "DSGD-STUDENT-CODE-BEGINS"
-PREAMBLE = (
-    "from dsgd_teach.grading.probe import record as _dsgd_record, reference as _dsgd_reference\n"
-    f"__import__('os').write(2, b'\\n{STUDENT_BEGINS}\\n')"
-)
+PREAMBLE = "from dsgd_teach.grading.probe import record as _dsgd_record, reference as _dsgd_reference\n"
 MAX_RESTARTS = 4
 MAX_RECORDS_PER_CELL = 10_000
+MAX_DENIALS = 50
+CHANNEL_CLOSED = "the kernel closed its denial channel"
 SANDBOX_NPROC = 96  # processes and threads of the whole sandbox (worker, kernel and what it starts)
 SANDBOX_NOFILE = 1024
+
+
+class BudgetSpent(Exception):
+    """The notebook's wall-clock budget ran out."""
+
+
+class Denials:
+    """The kernel's denial channel (a pipe only the audit hook writes to), read whole in a thread of this process.
+
+    A flood on the kernel's stdout or stderr cannot push a denial out of it; the student's code can only add to it.
+    Only what arrives after `mark` (the kernel's own start-up is done) counts. The channel reaching end-of-file
+    while the kernel still answers means the kernel closed it: that is a flag too.
+    """
+
+    def __init__(self) -> None:
+        self.read_fd, self.write_fd = os.pipe()
+        self.lines: list[tuple[int, str]] = []  # (offset of the line's end, text)
+        self.consumed, self.start = 0, -1
+        self.lock = threading.Lock()
+        self.eof = threading.Event()
+        self.thread = threading.Thread(target=self._drain, daemon=True)
+        self.thread.start()
+
+    def _drain(self) -> None:
+        pending = b""
+        while True:
+            select.select([self.read_fd], [], [], 0.2)
+            with self.lock:
+                try:
+                    block = os.read(self.read_fd, 1 << 16) if _ready(self.read_fd) else None
+                except OSError:
+                    block = b""
+                if block is None:
+                    continue
+                self.consumed += len(block)
+            if not block:
+                break
+            pending = (pending + block)[-4096:]
+            *done, pending = pending.split(b"\n")
+            for line in done:
+                if len(self.lines) < 4 * MAX_DENIALS:
+                    self.lines.append((self.consumed, line.decode(errors="replace")))
+        if pending:
+            self.lines.append((self.consumed, pending.decode(errors="replace")))
+        os.close(self.read_fd)
+        self.eof.set()
+
+    def mark(self) -> None:
+        """From here on every denial is the student's: the offset is what was read plus what waits in the pipe."""
+        with self.lock:
+            waiting = struct.unpack("i", fcntl.ioctl(self.read_fd, termios.FIONREAD, b"\0" * 4))[0]
+            self.start = self.consumed + waiting
+
+    def close_writer(self) -> None:
+        """Drop this process's copy of the write end (once the kernel holds its own)."""
+        if self.write_fd >= 0:
+            os.close(self.write_fd)
+            self.write_fd = -1
+
+    def flags(self) -> list[str]:
+        """What the hook denied after the mark (a line not in the hook's format counts too, kept whole)."""
+        self.close_writer()
+        self.thread.join(timeout=10)
+        if self.start < 0:
+            return []
+        return [ln[len(FLAG) + 1:] if ln.startswith(FLAG + " ") else f"wrote to the denial channel: {ln[:200]}"
+                for end, ln in self.lines if end > self.start][:MAX_DENIALS]
+
+
+def _ready(fd: int) -> bool:
+    return bool(select.select([fd], [], [], 0)[0])
 
 
 class _Client(NotebookClient):
@@ -65,11 +140,11 @@ class _Client(NotebookClient):
         return None
 
 
-def _kernelspec(private: Path, job: dict[str, Any], workdir: Path) -> KernelSpecManager:
+def _kernelspec(private: Path, job: dict[str, Any], workdir: Path, denial_fd: int) -> KernelSpecManager:
     spec_dir = private / "kernels" / KERNEL_NAME
     spec_dir.mkdir(parents=True)
     argv = [sys.executable, "-m", "dsgd_teach.grading.kernel", str(job["memory_mb"]), str(job["cpu_s"]),
-            str(workdir), json.dumps(job.get("protected", [])), "--", "-f", "{connection_file}",
+            str(workdir), json.dumps(job.get("protected", [])), str(denial_fd), "--", "-f", "{connection_file}",
             "--HistoryManager.enabled=False"]
     (spec_dir / "kernel.json").write_text(json.dumps({"argv": argv, "display_name": "grading", "language": "python"}))
     return KernelSpecManager(kernel_dirs=[str(private / "kernels")])
@@ -97,6 +172,8 @@ def _test_result(cell: Any, reply: dict[str, Any] | None) -> dict[str, Any]:
 def run_job(job: dict[str, Any]) -> dict[str, Any]:
     """Execute job["cells"] in a fenced kernel; {"tests": {grade_id: result}, "skipped": [...], "flags": [...]}."""
     cells = job["cells"]
+    deadline = time.monotonic() + job.get("budget_s", 10**9)
+    stopped = ""
     tests: dict[str, dict[str, Any]] = {}
     skipped: list[dict[str, Any]] = []
     private = Path(tempfile.mkdtemp(prefix="dsgd-grader-"))
@@ -108,7 +185,13 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
             workdir = Path(tempfile.mkdtemp(prefix="dsgd-kernel-"))
             try:
                 failed = _attempt(job, cells, tests, {s["index"] for s in skipped}, private, workdir, attempt,
-                                  flags, errors)
+                                  flags, errors, deadline)
+            except BudgetSpent as spent:
+                stopped = f"the notebook's time budget of {job['budget_s']} s ran out {spent}"
+                for cell in cells:
+                    if cell.get("grade_id") and cell["grade_id"] not in tests:
+                        tests[cell["grade_id"]] = {"status": "not run", "records": [], "error": stopped}
+                break
             finally:
                 shutil.rmtree(workdir, ignore_errors=True)
             if failed is None:
@@ -133,49 +216,65 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
                                                "error": f"the kernel died or timed out {MAX_RESTARTS + 1} times"}
     finally:
         shutil.rmtree(private, ignore_errors=True)
-    return {"tests": tests, "skipped": skipped, "flags": list(dict.fromkeys(flags))[:50],
-            "cell_errors": [{"index": i, "error": e} for i, e in sorted(errors.items())]}
+    return {"tests": tests, "skipped": skipped, "flags": list(dict.fromkeys(flags))[:MAX_DENIALS],
+            "cell_errors": [{"index": i, "error": e} for i, e in sorted(errors.items())], "stopped": stopped}
 
 
 def _attempt(job: dict[str, Any], cells: list[dict[str, Any]], tests: dict[str, Any], skip: set[int],
              private: Path, workdir: Path, attempt: int, flags: list[str],
-             errors: dict[int, str]) -> dict[str, Any] | None:
-    """One kernel's run over the cells; returns the cell that killed it or timed out, else None."""
+             errors: dict[int, str], deadline: float) -> dict[str, Any] | None:
+    """One kernel's run over the cells; returns the cell that killed it or timed out, else None.
+
+    Raises BudgetSpent when the notebook's deadline passes; each cell's timeout is cut to the time left.
+    """
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(PREAMBLE)] + [nbformat.v4.new_code_cell(c["source"]) for c in cells]
-    ksm = _kernelspec(private / f"spec{attempt}", job, workdir)
+    denials = Denials()
+    ksm = _kernelspec(private / f"spec{attempt}", job, workdir, denials.write_fd)
     km = AsyncKernelManager(kernel_name=KERNEL_NAME, kernel_spec_manager=ksm)
     km.connection_file = str(workdir / ".kernel.json")
-    log_path = private / f"stderr{attempt}.log"
-    client = _Client(nb, km=km, timeout=job["timeout"], allow_errors=True, startup_timeout=120,
+    client = _Client(nb, km=km, timeout=job["timeout"], allow_errors=True,
+                     startup_timeout=max(1, min(120, int(deadline - time.monotonic()))),
                      shutdown_kernel="immediate", record_timing=False)
     client.replies = {}
     current = -1
+
+    def run(index: int) -> None:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise BudgetSpent(f"before cell {index}" if index > 0 else "before the kernel started")
+        client.timeout = max(1, min(job["timeout"], int(left) + 1))
+        client.execute_cell(nb.cells[index], index)
+        if denials.eof.is_set() and CHANNEL_CLOSED not in flags:
+            flags.append(CHANNEL_CLOSED)
+
     try:
-        with open(log_path, "wb") as log:
-            with client.setup_kernel(cwd=str(workdir), env=_kernel_env(workdir, job["seed"]),
-                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log):
-                client.execute_cell(nb.cells[0], 0)
-                for i, spec in enumerate(cells):
-                    gid = spec.get("grade_id")
-                    if i in skip or (gid and gid in tests):
-                        continue
-                    current = i
-                    client.execute_cell(nb.cells[i + 1], i + 1)
-                    reply = client.replies.get(i + 1) or {}
-                    if gid:
-                        tests[gid] = _test_result(nb.cells[i + 1], reply)
-                    elif reply.get("status") != "ok":
-                        errors[i] = f"{reply.get('ename', '?')}: {reply.get('evalue', '')}"[:300]
-                current = len(cells)  # every cell ran; a failure from here on is the kernel's shutdown
+        with client.setup_kernel(cwd=str(workdir), env=_kernel_env(workdir, job["seed"]),
+                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL, pass_fds=(denials.write_fd,)):
+            denials.close_writer()
+            run(0)
+            denials.mark()  # the kernel's start-up is over: what it is denied from now on is the student's doing
+            for i, spec in enumerate(cells):
+                gid = spec.get("grade_id")
+                if i in skip or (gid and gid in tests):
+                    continue
+                current = i
+                run(i + 1)
+                reply = client.replies.get(i + 1) or {}
+                if gid:
+                    tests[gid] = _test_result(nb.cells[i + 1], reply)
+                elif reply.get("status") != "ok":
+                    errors[i] = f"{reply.get('ename', '?')}: {reply.get('evalue', '')}"[:300]
+            current = len(cells)  # every cell ran; a failure from here on is the kernel's shutdown
         return None
     except (CellTimeoutError, DeadKernelError, RuntimeError) as exc:
+        if current < len(cells) and time.monotonic() >= deadline:
+            raise BudgetSpent(f"during cell {current + 1}") from None
         return None if current == len(cells) else _failure(exc, current, job)
     finally:
-        if log_path.exists():
-            text = log_path.read_bytes()[-200_000:].decode(errors="replace")
-            student_part = text.split(STUDENT_BEGINS, 1)[1] if STUDENT_BEGINS in text else ""
-            flags.extend(line[len(FLAG) + 1:] for line in student_part.splitlines() if line.startswith(FLAG))
+        denials.close_writer()
+        flags.extend(denials.flags())
 
 
 def _failure(exc: Exception, index: int, job: dict[str, Any]) -> dict[str, Any]:
