@@ -1,0 +1,258 @@
+"""The chapters' prose: statements that were once wrong stay corrected, and one notation holds across the course.
+
+These tests read only the markdown cells of the notebooks and course/NOTATION.md; they start no cluster.
+Set DSGD_PROSE_REV to a git revision (e.g. the commit before the corrections) to run them against the text of
+that revision instead of the working tree: each test here fails on the text before issue 33's corrections.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from functools import cache
+from pathlib import Path
+
+import nbformat
+import numpy as np
+import pytest
+
+from dsgd_teach.ps.optimizers import ServerAdagrad
+
+ROOT = Path(__file__).resolve().parents[1]
+COURSE = ROOT / "course"
+CHAPTERS = sorted(p.name for p in COURSE.glob("[0-9][0-9]_*.ipynb"))
+REV = os.environ.get("DSGD_PROSE_REV")
+
+
+def _read(relative: str) -> str:
+    """A course file's text, from the working tree or from revision DSGD_PROSE_REV ('' if it does not exist)."""
+    if REV:
+        out = subprocess.run(["git", "show", f"{REV}:{relative}"], cwd=ROOT, capture_output=True, text=True)
+        return out.stdout if out.returncode == 0 else ""
+    path = ROOT / relative
+    return path.read_text(encoding="utf-8") if path.exists() else ""
+
+
+@cache
+def cells(chapter: str) -> tuple[str, ...]:
+    """The markdown cells of one chapter, each with its whitespace runs collapsed to one space."""
+    nb = nbformat.reads(_read(f"course/{chapter}"), as_version=4)
+    return tuple(" ".join(c.source.split()) for c in nb.cells if c.cell_type == "markdown")
+
+
+@cache
+def raw_cells(chapter: str) -> tuple[str, ...]:
+    """The markdown cells of one chapter as written (line structure kept, for headings)."""
+    nb = nbformat.reads(_read(f"course/{chapter}"), as_version=4)
+    return tuple(c.source for c in nb.cells if c.cell_type == "markdown")
+
+
+def text(chapter: str) -> str:
+    """All the markdown of one chapter as one line of text."""
+    return " ".join(cells(chapter))
+
+
+def chapter(prefix: str) -> str:
+    """The notebook file name of chapter `prefix` ('04' -> '04_sync_async.ipynb')."""
+    return next(name for name in CHAPTERS if name.startswith(prefix))
+
+
+@cache
+def notation_rows() -> dict[str, str]:
+    """NOTATION.md's symbol table: each symbol (as written between $...$ in the first column) -> its row."""
+    rows: dict[str, str] = {}
+    for line in _read("course/NOTATION.md").splitlines():
+        if not line.startswith("| $"):
+            continue
+        first = line.split("|")[1]
+        for symbol in re.findall(r"\$([^$]+)\$", first):
+            rows[_norm_symbol(symbol)] = line
+    return rows
+
+
+def _norm_symbol(symbol: str) -> str:
+    """A symbol without spaces and braces, so `n_{k}` and `n_k` compare equal."""
+    return re.sub(r"[\s{}]", "", symbol)
+
+
+def test_chapters_found():
+    assert len(CHAPTERS) >= 10, CHAPTERS
+
+
+# --- statements that were wrong -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_staleness_bound_zero_is_not_called_fully_serial(name):
+    """Stale synchronous parallel with s = 0 is bulk-synchronous, not serial (Ho et al. 2013)."""
+    body = text(name)
+    for match in re.finditer(r"fully serial", body):
+        near = body[max(0, match.start() - 120):match.end() + 120]
+        assert not re.search(r"s\s*=\s*0", near), f"{name}: 'fully serial' next to s = 0: ...{near}..."
+    if re.search(r"stale synchronous parallel", body, re.I):
+        assert "bulk-synchronous" in body, f"{name} cites SSP without saying that its s = 0 is bulk-synchronous"
+        assert re.search(r"bounded[- ]delay", body, re.I), f"{name} cites SSP but not the bounded-delay rule"
+
+
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_expected_maximum_is_the_harmonic_number(name):
+    """E[max of N exponentials] = mu H_N exactly; ln N (+ gamma) only approximates H_N for large N."""
+    body = text(name)
+    assert not re.search(r"\\approx\s*\\mu\s*\\ln", body), f"{name}: E[max] written as ≈ μ ln N"
+    assert "≈ μ ln" not in body
+    if re.search(r"\\ln\s*N", body):
+        assert "H_N" in body and "\\gamma" in body, f"{name} uses ln N without H_N and Euler's gamma"
+
+
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_no_duplicate_section_titles(name):
+    """No two headings of a chapter share a title, or a number ('Reproduction 4' twice)."""
+    heads = [line.lstrip("#").strip() for cell in raw_cells(name) for line in cell.splitlines()
+             if re.match(r"#{1,6} ", line)]
+    titles = [h.lower() for h in heads]
+    assert len(titles) == len(set(titles)), f"{name}: duplicate headings {sorted(titles)}"
+    labels = [m.group(1).lower() for h in heads if (m := re.match(r"(.*?\d+)\s*[·.:—–-]\s", h))]
+    assert len(labels) == len(set(labels)), f"{name}: duplicate numbered headings {sorted(labels)}"
+
+
+def test_one_bit_sgd_names_its_simplification_and_what_feedback_does():
+    """Seide et al. quantise per column; error feedback bounds the accumulated error, it does not unbias a step."""
+    section = next(c for c in cells(chapter("04")) if c.startswith("## ") and "Seide" in c and "feedback" in c)
+    assert "feedback** fixes" not in section and "feedback fixes" not in section
+    assert re.search(r"per column|each \**column", section), "04 does not say Seide et al. quantise per column"
+    assert "§3" in section and "bounded" in section and "biased" in section
+
+
+def test_adagrad_adds_the_square_before_dividing():
+    """Chapter 03's Adagrad formula updates G first and says where it starts, as ServerAdagrad does."""
+    cell = next(c for c in cells(chapter("03")) if c.startswith("## Why Adagrad"))
+    formula = re.search(r"\$\$(.+?)\$\$", cell).group(1)
+    assert formula.index("G_i \\leftarrow") < formula.index("w_i \\leftarrow"), formula
+    assert "0.1" in cell and "§4.1" in cell
+
+    rule = ServerAdagrad(2)  # the code the formula describes: first step of a coordinate with g = 2
+    new = rule.apply(np.zeros(2, np.float32), np.array([2.0, 0.0], np.float32), 1.0)
+    assert np.isfinite(new).all()
+    assert new[0] == pytest.approx(-2.0 / np.sqrt(0.1 + 4.0), rel=1e-5)
+
+
+def test_bubble_in_both_conventions():
+    body = text(chapter("07"))
+    assert "(p-1)/(m+p-1)" in body.replace(" ", "")
+    assert re.search(r"\\dfrac\{p-1\}\{m\}|\(p-1\)/m(?!\+)", body), "07 lacks the (p-1)/m convention"
+    assert "§2.3" in body and "§2.2.1" in body
+
+
+def test_fedavg_defines_its_weights_and_reads_table_2_plainly():
+    body = text(chapter("08"))
+    assert re.search(r"n = \\sum_\{?k", body), "08 never defines n in the FedAvg average"
+    assert re.search(r"n = \\sum_r n_r", body), "08 never defines n in the local-SGD average"
+    assert "Algorithm 1" in body and "Table 2" in body
+    assert "C = 0.1" in body, "08 does not say that McMahan et al.'s Table 2 ran C = 0.1"
+    assert "twice as many rounds" in body, "08 hides that 0.5x means twice as many rounds"
+
+
+def test_staleness_counting_convention_is_explained():
+    body = text(chapter("09"))
+    assert "report exactly this" not in body
+    assert "own update" in body and "N-1" in body.replace(" ", "")
+
+
+# --- numbers in the prose ----------------------------------------------------------------------------------
+
+PROVENANCE = re.compile(r"README|\d{4}-\d{2}-\d{2}|Table \d|printed|your (?:own )?run")
+
+
+@pytest.mark.parametrize("prefix", ["02", "08", "09"])
+def test_measured_ratios_say_where_they_come_from(prefix):
+    """A cell that quotes a measured ratio (1.48x) names its source: the README table with its date, a paper's
+    table, or the learner's own run."""
+    for cell in cells(chapter(prefix)):
+        ratios = re.findall(r"\d+\.\d+\s*×", cell)
+        if ratios:
+            assert PROVENANCE.search(cell), f"{prefix}: bare past figures {ratios} in: {cell[:200]}..."
+
+
+def test_hogwild_quotes_the_readme_benchmark():
+    """Chapter 02 quotes the README's benchmark with its date, not figures from unnamed past runs."""
+    body = text(chapter("02"))
+    assert "0.89–0.92" not in body
+    cell = next(c for c in cells(chapter("02")) if "README" in c and "×" in c)
+    assert re.search(r"\d{4}-\d{2}-\d{2}", cell) and "2-core" in cell
+
+
+# --- one notation ------------------------------------------------------------------------------------------
+
+
+def test_notation_page_exists_and_chapter_00_links_it():
+    assert notation_rows(), "course/NOTATION.md has no symbol table"
+    assert "(NOTATION.md)" in text(chapter("00")), "chapter 00 does not link NOTATION.md"
+    glossary = _read("course/NOTATION.md").lower()
+    for term in ("staleness", "straggler", "backup worker", "bubble", "microbatch", "allreduce", "reduce-scatter",
+                 "all-gather", "parameter server", "local sgd"):
+        assert term in glossary, f"NOTATION.md's glossary lacks {term!r}"
+
+
+@pytest.mark.parametrize("symbol, meaning", [
+    ("N", "workers"), ("K", "elements"), ("p", "stages"), ("m", "microbatches"), ("H", "local steps"),
+    ("\\tau", "staleness"), ("\\alpha", "latency"), ("\\beta", "seconds per byte"), ("\\eta", "learning rate"),
+])
+def test_notation_core_symbols(symbol, meaning):
+    row = notation_rows().get(symbol)
+    assert row is not None, f"NOTATION.md has no row for ${symbol}$"
+    assert meaning in row, f"NOTATION.md: ${symbol}$ should mean {meaning!r}: {row}"
+
+
+STOP = {"the", "and", "that", "this", "with", "from", "each", "what", "much", "longer", "takes", "than", "before"}
+
+
+def _keywords(phrase: str) -> set[str]:
+    return {w for w in re.findall(r"[a-z_]{4,}", phrase.lower()) if w not in STOP}
+
+
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_symbols_defined_in_chapters_mean_the_same_in_notation(name):
+    """'where $X$ is ...' in a chapter: NOTATION.md has X, and its row shares a keyword with the definition."""
+    rows = notation_rows()
+    defs = re.findall(r"(?:where|with) \$([A-Za-z\\]+(?:_\{?[A-Za-z\\]+\}?)?)\$ (?:is|are|the) ([^.;:)]{3,80})",
+                      text(name))
+    for symbol, phrase in defs:
+        row = rows.get(_norm_symbol(symbol))
+        assert row is not None, f"{name} defines ${symbol}$ ({phrase!r}) but NOTATION.md does not list it"
+        assert _keywords(phrase) & _keywords(row), f"{name}: ${symbol}$ is {phrase!r}, NOTATION.md says {row}"
+
+
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_beta_is_never_a_bandwidth(name):
+    """β is seconds per byte everywhere (chapter 05's meaning); nothing divides by it or calls it a bandwidth."""
+    body = text(name)
+    assert not re.search(r"(?<!1)/\s*\\beta|\{[^{}]*\\beta\s*\}\s*\\right\)|\\frac\{[^{}]*\}\{[^{}]*\\beta\}", body), \
+        f"{name} divides by β, as if it were a bandwidth"
+    assert not re.search(r"\\beta\$?\s*(?:\(?here\)?\s*)?is an? (?:the )?bandwidth", body), \
+        f"{name} calls β a bandwidth"
+    assert not re.search(r"\\beta\$ here is a bandwidth", body)
+
+
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_tau_is_never_the_averaging_period(name):
+    """τ is staleness; EASGD's communication period is H (`sync_every`)."""
+    body = text(name)
+    assert not re.search(r"[Ee]very \$\\tau\$ (?:local )?steps", body), f"{name} uses τ as a period"
+
+
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_bare_alpha_is_latency(name):
+    """A cell that writes a bare α (not α_e) is about latency; EASGD's rate is α_e, AdaRevision's base rate η."""
+    for cell in cells(name):
+        if re.search(r"\\alpha(?![_A-Za-z])", cell):
+            assert re.search(r"latenc|α–β|\\alpha\$–\$\\beta|alpha-beta|alpha_s", cell), \
+                f"{name}: α that is not the latency in: {cell[:200]}..."
+
+
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_worker_count_is_n(name):
+    """The worker count is N: not n ranks, p cores, R replicas, nor K clients."""
+    body = text(name)
+    bad = re.findall(r"\$[npR]\$ \**(?:ranks|cores|workers|replicas|learners)\b|\$K\$ \**clients", body)
+    assert not bad, f"{name} counts workers with another letter: {bad}"
