@@ -24,6 +24,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import seccomp
+
 HOW_TO_GET_ONE = (
     "no OS sandbox is available for grading kernels. Install bubblewrap (as root: `apt-get install bubblewrap`, "
     "or `make sandbox-deps`) and allow unprivileged user namespaces (`sysctl kernel.unprivileged_userns_clone=1`, "
@@ -73,11 +75,14 @@ def _next_uid() -> int:
         return UID_BASE + (os.getpid() % 1000) * 1000 + next(_uids) % 1000
 
 
-def command(inner: list[str], env: dict[str, str], info_fd: int | None = None) -> list[str]:
+def command(inner: list[str], env: dict[str, str], info_fd: int | None = None,
+            seccomp_fd: int | None = None) -> list[str]:
     """The bwrap argv that runs `inner` (an absolute path and its arguments) in a fresh sandbox."""
     bwrap = shutil.which("bwrap") or "bwrap"
     root = os.geteuid() == 0
-    argv = [bwrap] + (["--info-fd", str(info_fd)] if info_fd is not None else []) + ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+    argv = [bwrap] + (["--info-fd", str(info_fd)] if info_fd is not None else [])
+    argv += ["--seccomp", str(seccomp_fd)] if seccomp_fd is not None else []
+    argv += ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
             "--die-with-parent", "--new-session", "--hostname", "grading", "--cap-drop", "ALL"]
     if root:  # mounts made as root, then setpriv drops to a uid of its own with no capabilities
         argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
@@ -119,16 +124,19 @@ def run(inner: list[str], stdin: bytes, timeout_s: float, env: dict[str, str] | 
     """Run inner in a fresh sandbox; its result is what it writes to the fd number appended to its argv."""
     result_r, result_w = os.pipe()
     info_r, info_w = os.pipe()
-    argv = command(inner, {**base_env(), **(env or {})}, info_w)
+    filter_r = _filter_fd()
+    argv = command(inner, {**base_env(), **(env or {})}, info_w, filter_r)
     chunks: list[bytes] = []
     reader = threading.Thread(target=_drain, args=(result_r, chunks), daemon=True)
     with tempfile.TemporaryFile() as err:
         try:
             proc = subprocess.Popen(argv + [str(result_w)], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                    stderr=err, pass_fds=(result_w, info_w), start_new_session=True)
+                                    stderr=err, pass_fds=tuple(fd for fd in (result_w, info_w, filter_r) if fd),
+                                    start_new_session=True)
         finally:
-            os.close(result_w)
-            os.close(info_w)
+            for fd in (result_w, info_w, filter_r):
+                if fd is not None:
+                    os.close(fd)
         reader.start()
         child = _child_pid(info_r)
         timed_out = False
@@ -146,6 +154,19 @@ def run(inner: list[str], stdin: bytes, timeout_s: float, env: dict[str, str] | 
         tail = err.read().decode(errors="replace")
     data = b"".join(chunks)
     return Outcome(data if data and not timed_out else None, proc.returncode, tail, timed_out)
+
+
+def _filter_fd() -> int | None:
+    """A pipe holding the seccomp program for bwrap to read (None where this machine has no filter table)."""
+    program = seccomp.program()
+    if program is None:
+        return None
+    read_fd, write_fd = os.pipe()
+    try:
+        os.write(write_fd, program)  # far below a pipe's capacity
+    finally:
+        os.close(write_fd)
+    return read_fd
 
 
 def stop(proc: subprocess.Popen, child: int | None) -> None:
