@@ -2,7 +2,7 @@
 
 alpha and beta are fitted from a ping-pong between two ranks; the model then predicts each allreduce from its
 schedule (how many communication steps, how many bytes per step), which the plots set against measurements.
-With B = itemsize * K bytes and N ranks, the steps add up to (Thakur, Rabenseifner & Gropp 2005, sec. 4;
+With B = itemsize * K bytes and N ranks, the steps add up to (Thakur, Rabenseifner & Gropp 2005;
 Patarasuk & Yuan 2009 for the ring):
 * naive star      2(N-1) (alpha + beta B)
 * doubling        log2 N (alpha + beta B)                    (butterfly; +2 fold steps if N is no power of two)

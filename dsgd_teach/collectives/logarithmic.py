@@ -1,7 +1,7 @@
 """Allreduces in a logarithmic number of steps: recursive doubling, binomial tree, recursive halving-doubling.
 
 Costs in the alpha-beta model (alpha seconds per message, beta seconds per byte, B = bytes of the vector) are
-those of Thakur, Rabenseifner & Gropp (2005), section 4 and 4.4:
+those Thakur, Rabenseifner & Gropp (2005) give for MPICH's allreduce algorithms:
 * recursive doubling, a butterfly: log2(N) steps, partners r and r XOR 2^i swap whole vectors:
   log2(N) * (alpha + beta * B);
 * binomial tree: reduce to rank 0, then broadcast back down the same tree: 2 * ceil(log2 N) * (alpha + beta * B);

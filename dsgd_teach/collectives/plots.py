@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from ..trace import Result
 from .cost_model import AlphaBeta, predict_seconds
@@ -54,6 +55,7 @@ def plot_allreduce_live(fig: Figure, trace: pd.DataFrame) -> None:
     timed = trace[(trace.event == "allreduce") & (trace.worker == 0)] if len(trace) else trace
     if len(timed):
         ax_time.bar(timed.step, timed.slowest_seconds * 1e3, color=COLORS.get(timed.algorithm.iloc[0], "tab:blue"))
+    ax_time.xaxis.set_major_locator(MaxNLocator(integer=True))  # repeats are whole numbers
     ax_time.set_xlabel("repeat")
     ax_time.set_ylabel("time of slowest rank (ms)")
     ax_time.grid(alpha=0.3)
@@ -81,13 +83,13 @@ def plot_sweep(ax: Axes, result: Result) -> None:
     model = AlphaBeta(summary["alpha_us"] * 1e-6, summary["beta"]) if "beta" in summary else None
     for algorithm, rows in med.groupby("algorithm"):
         color = COLORS.get(algorithm)
-        ax.loglog(rows.nbytes, rows.slowest_seconds * 1e3, "o-", color=color, label=f"{algorithm} measured", ms=4)
+        ax.loglog(rows.nbytes, rows.slowest_seconds * 1e3, "o-", color=color, label=algorithm, ms=4)
         if model is not None and algorithm != "library":
             pred = [predict_seconds(model, algorithm, result.config.workers, int(b) // 4) * 1e3 for b in rows.nbytes]
-            ax.loglog(rows.nbytes, pred, "--", color=color, alpha=0.7, label=f"{algorithm} alpha-beta")
+            ax.loglog(rows.nbytes, pred, "--", color=color, alpha=0.7)
     ax.set_xlabel("message size (bytes)")
     ax.set_ylabel("allreduce time (ms)")
-    ax.set_title(f"{result.config.workers} ranks", fontsize=9)
+    ax.set_title(f"{result.config.workers} ranks (solid: measured, dashed: alpha-beta)", fontsize=9)
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=7)
 
@@ -106,13 +108,13 @@ def plot_time_vs_workers(ax: Axes, sweeps: Mapping[int, Result], nbytes: int) ->
     df = pd.DataFrame(rows)
     for algorithm, part in df.groupby("algorithm") if len(df) else []:
         color = COLORS.get(algorithm)
-        ax.plot(part.n, part.measured * 1e3, "o-", color=color, label=f"{algorithm} measured")
+        ax.plot(part.n, part.measured * 1e3, "o-", color=color, label=algorithm)
         if part.predicted.notna().any():
             ax.plot(part.n, part.predicted * 1e3, "--", color=color, alpha=0.7)
     ax.set_xticks(sorted(sweeps))
     ax.set_xlabel("ranks N")
     ax.set_ylabel("allreduce time (ms)")
-    ax.set_title(f"{_human(nbytes)} per rank (dashed: alpha-beta)", fontsize=9)
+    ax.set_title(f"{_human(nbytes)} per rank (solid: measured, dashed: alpha-beta)", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
 
