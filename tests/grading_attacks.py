@@ -194,6 +194,48 @@ def _dsgd_record(label, got):
     publish_display_data({probe.MIME: {"label": str(label), "value": {"t": "num", "v": 0.0}}})
 '''
 
+ANSWER_ZERO = r'''
+def minibatch_indices(n, batch_size, step, seed):
+    return 0
+def logistic_grad(w, X, y):
+    return 0
+def train(X, y, lr, batch_size, steps, seed):
+    return 0
+'''
+
+MALFORMED_REPORTS = r'''
+import dsgd_teach.grading.probe as _probe
+from IPython.display import publish_display_data as _pub
+_bad = [{"t": "num", "v": "not a number"}, {"t": "num", "v": 10 ** 400}, {"t": "arr", "shape": [1], "v": [{"x": 1}]},
+        {"t": "seq", "v": "abc"}, {"t": "num", "v": 1.0, "points": 2}]
+_sent = [0]
+def _dsgd_record(label, got):
+    _sent[0] += 1
+    _pub({_probe.MIME: {"label": str(label), "value": _bad[_sent[0] % len(_bad)]}})
+    _pub({_probe.MIME: {"label": "\ud800" + str(label), "error": "\ud800\udfff" * 1000}})
+''' + ANSWER_ZERO
+
+ECHO_HIDDEN = r'''
+import linecache, os, sys
+import dsgd_teach.grading.probe as _probe
+from IPython.display import publish_display_data as _pub
+def _dsgd_record(label, got):
+    cell = "".join(linecache.getlines(sys._getframe(1).f_code.co_filename))
+    text = (cell + f"\nseed={os.environ.get('DSGD_GRADER_SEED')}\n\x1b[2J\rhonest_2,ps01_sgd,ps01_sgd_q1_tests,0.0,2.0,"
+            "forged row,bubblewrap\n\u202e" + "A\n" * 1_000_000)
+    _pub({_probe.MIME: {"label": str(label), "error": text}})
+''' + ANSWER_ZERO
+
+FLOOD_AFTER_DENIAL = r'''
+import subprocess, sys
+try:
+    subprocess.run(["/bin/true"])
+except PermissionError:
+    pass
+sys.stderr.write("w" * 300_000)
+sys.stderr.flush()
+'''
+
 ATTACKS = {
     "theft_child": {"ps01_sgd_q1_solution": THEFT_CHILD},
     "read_proc": {"ps01_sgd_q1_solution": READ_PROC},
@@ -203,8 +245,12 @@ ATTACKS = {
     "flood": {"ps01_sgd_q1_solution": FLOOD + "\n{SOLUTION}"},
     "monkeypatch_thread": {"ps01_sgd_q1_solution": MONKEYPATCH_THREAD},
     "forged_reports": {"ps01_sgd_q1_solution": FORGED},
+    "malformed_reports": {"ps01_sgd_q1_solution": MALFORMED_REPORTS},
+    "echo_hidden": {"ps01_sgd_q1_solution": ECHO_HIDDEN},
+    "flood_after_denial": {"ps01_sgd_q1_solution": FLOOD_AFTER_DENIAL},
 }
 HONEST_POINTS = {"flood": {"q1": 2.0}}  # what an attack answered honestly (everything else must score 0)
+FLAGGED = {"malformed_reports", "echo_hidden", "flood_after_denial"}  # attacks the grader must flag
 _SOLUTION = re.compile(r"### BEGIN SOLUTION.*?### END SOLUTION", re.S)
 
 

@@ -7,6 +7,7 @@ got away with (that is how the sandbox was shown to be what holds these properti
 from __future__ import annotations
 
 import csv
+import html
 import os
 import re
 import shutil
@@ -17,9 +18,11 @@ from pathlib import Path
 
 import psutil
 import pytest
-from grading_attacks import ATTACKS, HONEST_POINTS, MARKER, write_submission
+from grading_attacks import ATTACKS, FLAGGED, HONEST_POINTS, MARKER, write_submission
 
 from dsgd_teach.grading import bubblewrap, cli
+from dsgd_teach.grading.notebook import load_assignment
+from dsgd_teach.grading.text import hidden_lines
 
 SOURCE = Path(__file__).resolve().parents[1] / "course" / "assignments" / "source"
 UNSAFE = os.environ.get("DSGD_HOSTILE_UNSAFE") == "1"
@@ -27,6 +30,7 @@ LEFT_OUT = set(os.environ.get("DSGD_HOSTILE_SKIP", "").split(","))  # for the de
 HONEST = ("b_honest_1", "honest_2", "honest_3")
 NAMES = {"kill_pids": "a_kill_pids"}  # sorts first, so it runs beside an honest student
 SPECIAL = {"linker": "symlink", "zeroes": "symlink", "fifo": "FIFO", "sock": "socket"}
+SEED = 4242
 
 
 def build_class(root: Path) -> tuple[Path, Path]:
@@ -92,12 +96,43 @@ def _rows(out: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(fh))
 
 
+def _squash(text: str) -> str:
+    return re.sub(r"\s+", "", text)
+
+
+def unsafe_text(out: Path, rows: list[dict[str, str]], source_nb: Path) -> list[str]:
+    """Student-controlled text that reached the TA's files raw: too long, several lines, hidden tests, the seed."""
+    problems = []
+    text = (out / "grades.csv").read_bytes().decode("utf-8")  # strict: a lone surrogate cannot be in valid UTF-8
+    if len(text.splitlines()) != len(rows) + 1:
+        problems.append(f"grades.csv has {len(text.splitlines())} lines for {len(rows)} rows (a forged line?)")
+    for r in rows:
+        if len(r["reason"]) > 500 or any(not ch.isprintable() for ch in r["reason"]) or "\u202e" in r["reason"]:
+            problems.append(f"{r['student']}: a raw or unbounded reason ({len(r['reason'])} characters)")
+    assignment = load_assignment(source_nb)
+    secrets = {_squash(ln) for q in assignment.questions for ln in hidden_lines(q.source)}
+    secrets = {s for s in secrets if len(s) >= 12}
+    pages = sorted((out / "feedback").rglob("*.html"))
+    for path, content in [(out / "grades.csv", text)] + [(p, html.unescape(p.read_text())) for p in pages]:
+        flat = _squash(content)
+        quoted = sorted(s for s in secrets if s in flat)
+        if quoted or re.search(rf"(?<!\d){SEED}(?!\d)", content):
+            problems.append(f"{path.name} shows hidden test code {quoted[:2]} or the seed")
+    return problems
+
+
 def check_batch(rc: int, out: Path, subs_before: dict, subs: Path, csv_at_exit: bytes | None) -> list[str]:
     """Every property the batch must hold; returns what does not hold."""
     problems = [] if rc == 0 else [f"the grader exited {rc}"]
     if csv_at_exit is None:
         problems.append("no grades.csv was written")
     rows = _rows(out) if csv_at_exit is not None else []
+    if rows:
+        problems += unsafe_text(out, rows, SOURCE / "ps01_sgd" / "ps01_sgd.ipynb")
+    flagged = {r["student"] for r in rows if r["question"] == "(integrity)" and r["reason"].startswith("FLAGGED")}
+    problems += [f"honest {name} was flagged" for name in HONEST if name in flagged]
+    problems += [f"attack {NAMES.get(a, a)} was not flagged" for a in sorted(FLAGGED - LEFT_OUT)
+                 if rows and NAMES.get(a, a) not in flagged]
     points: dict[str, dict[str, float]] = {}
     reasons: dict[str, str] = {}
     for r in rows:
@@ -153,7 +188,7 @@ def test_hostile_class_scores_only_honest_answers(tmp_path):
     out = tmp_path / "graded"
     before = snapshot(subs)
     args = [str(subs), "--assignment", "ps01_sgd", "--out", str(out), "--source", str(source), "--timeout", "20",
-            "--cpu-s", "120", "--jobs", "2", "--no-progress", "--seed", "4242"]
+            "--cpu-s", "120", "--jobs", "2", "--no-progress", "--seed", str(SEED)]
     try:
         rc = cli.main(args + (["--unsafe-no-sandbox"] if UNSAFE else []))
         csv_at_exit = (out / "grades.csv").read_bytes() if (out / "grades.csv").is_file() else None

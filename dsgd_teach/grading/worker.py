@@ -2,10 +2,11 @@
 
 Run as `python -m dsgd_teach.grading.worker [RESULT_FD]` with a JSON job on stdin; the JSON result is written to
 RESULT_FD (a pipe only this process holds; inside the OS sandbox, see bubblewrap.py), else as the last line of
-stdout. The kernel gets an empty temporary working directory, /dev/null as stdout and a private log as stderr, and
-only its check() reports (display data of one MIME type) are kept from what it sends: printed output, cleared or
+stdout. The kernel gets an empty temporary working directory, /dev/null as stdout and stderr, a pipe for the audit
+hook's denials (read whole, see Denials), and only its check() reports (display data of one MIME type) are kept from what it sends: printed output, cleared or
 updated displays and widget messages are dropped, so a flood or a clear_output cannot erase or swamp a report. A cell that times out or kills the kernel is skipped: the
-kernel is restarted, the cells before it are replayed (already graded test cells are not re-run), and grading goes on.
+kernel is restarted, the cells before it are replayed (already graded test cells are not re-run), and grading goes on
+until the notebook's one wall-clock budget (job["budget_s"]) runs out.
 """
 
 from __future__ import annotations
