@@ -155,10 +155,24 @@ def cmd_doctor(argv: list[str]) -> int:
     with start_client(quiet=True) as client:
         started = time.perf_counter() - t
         print(f"cluster: {client.info.note}; started in {started:.1f} s; dashboard {client.dashboard_link}")
+        print_worker_memory(client)
         t = time.perf_counter()
         client.submit(sum, [1, 2], pure=False).result(timeout=30)
         print(f"first task round trip: {(time.perf_counter() - t) * 1e3:.1f} ms")
     return 0
+
+
+def print_worker_memory(client: object) -> None:
+    """One line per worker: resident memory after its imports, its limit, and the room left before dask pauses it."""
+    from .memory import MiB, pause_fraction, plan_worker_memory, worker_footprints
+
+    plan = plan_worker_memory(1)
+    print(f"torch build: {plan.build}; a worker's measured baseline after its imports: {plan.baseline / MiB:.0f} MiB; "
+          f"machine memory: {plan.machine / MiB:.0f} MiB; dask pauses a worker at {pause_fraction():.0%} of its limit")
+    for address, f in sorted(worker_footprints(client).items()):
+        limit = f"{f['limit'] / MiB:.0f} MiB" if f["limit"] else "none"
+        print(f"  worker {address}: baseline {f['rss'] / MiB:.0f} MiB, limit {limit}, "
+              f"headroom {f['headroom'] / MiB:.0f} MiB before pause, status {f['status']}")
 
 
 def cmd_bench(argv: list[str]) -> int:

@@ -19,15 +19,24 @@ import weakref
 from dataclasses import dataclass
 
 import dask
+from dask.utils import parse_bytes
 from distributed import Client, LocalCluster
 from distributed.diagnostics.plugin import WorkerPlugin
 
+from .memory import (
+    BINDER_BUDGET_BYTES,
+    MiB,
+    WorkerMemoryError,
+    pause_fraction,
+    plan_worker_memory,
+    scheduler_workers,
+    worker_baseline,
+)
+
 log = logging.getLogger(__name__)
 
-#: Kernel plus cluster should stay within mybinder.org's 2 GiB.
-MEMORY_BUDGET_BYTES = 2 * 1024**3
-KERNEL_RESERVE_BYTES = 512 * 1024**2
-MIN_WORKER_MEMORY_BYTES = 768 * 1024**2  # a worker with torch loaded needs ~400 MiB; dask pauses at 80%
+#: Kernel plus cluster should stay within mybinder.org's 2 GiB where the machine has no more (see memory.py).
+MEMORY_BUDGET_BYTES = BINDER_BUDGET_BYTES
 #: A worker that sees a GPU keeps CUDA's context, cuBLAS and NCCL state in host memory: on an H100 with torch 2.11
 #: a worker's RSS went 535 MiB (torch imported) -> 635 (context) -> 773 (a cuBLAS matmul) -> 1117 MiB (an NCCL
 #: group), past the CPU floor's terminate threshold. Binder's 2 GiB budget has no GPU, so it does not apply there.
@@ -66,9 +75,55 @@ def threads_per_worker_process(n_workers: int, cores: int | None = None) -> int:
 
 
 def worker_memory_limit(n_workers: int, gpu: bool = False) -> int:
-    """Per-worker memory limit: inside the 2 GiB Binder budget (with a floor), or room for CUDA on a GPU host."""
-    share = (MEMORY_BUDGET_BYTES - KERNEL_RESERVE_BYTES) // max(1, n_workers)
-    return max(MIN_GPU_WORKER_MEMORY_BYTES if gpu else MIN_WORKER_MEMORY_BYTES, share)
+    """Per-worker memory limit: room above the measured imports, scaled to the machine (memory.py), more on a GPU."""
+    return plan_worker_memory(n_workers, gpu=gpu, gpu_floor=MIN_GPU_WORKER_MEMORY_BYTES).limit
+
+
+def requested_memory_limit(memory_limit: int | str | None) -> int | None:
+    """An explicit per-worker limit from the argument or DSGD_WORKER_MEMORY ('2GiB', '1500MB', bytes), else None."""
+    value = memory_limit if memory_limit is not None else os.environ.get("DSGD_WORKER_MEMORY") or None
+    if value is None:
+        return None
+    try:
+        limit = int(value) if isinstance(value, int) and not isinstance(value, bool) else parse_bytes(str(value))
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"memory_limit must be bytes or a size such as '2GiB', got {value!r}") from exc
+    if not 64 * MiB <= limit <= 2**50:
+        raise ValueError(f"memory_limit must be between 64 MiB and 1 PiB, got {value!r}")
+    return limit
+
+
+def refuse_limit_below_baseline(limit: int) -> None:
+    """Raise WorkerMemoryError, before any process starts, when a worker's imports alone would pass the pause."""
+    baseline, fraction = worker_baseline(), pause_fraction()
+    if limit * fraction <= baseline:
+        raise WorkerMemoryError(
+            f"a worker limit of {limit / MiB:.0f} MiB cannot hold a worker's own imports: torch and the course take "
+            f"{baseline / MiB:.0f} MiB, and dask pauses a worker at {fraction:.0%} of its limit "
+            f"({limit * fraction / MiB:.0f} MiB), so every task would wait for ever. What to do: leave memory_limit "
+            f"unset (the course sizes it from that figure), or give each worker at least "
+            f"{(baseline / fraction + 128 * MiB) / MiB:.0f} MiB."
+        )
+
+
+def check_workers_fit(client: Client) -> None:
+    """Raise WorkerMemoryError when a worker the course just started already holds more than its pause threshold."""
+    fraction = pause_fraction()
+    rss = client.run(lambda: __import__("psutil").Process().memory_info().rss)
+    workers = scheduler_workers(client)
+    over = [(a, rss[a], workers[a].get("memory_limit") or 0) for a in sorted(rss) if a in workers]
+    over = [(a, used, limit) for a, used, limit in over if limit and used >= limit * fraction]
+    if over:
+        figures = "; ".join(
+            f"{a} holds {used / MiB:.0f} MiB of its {limit / MiB:.0f} MiB limit (paused at {fraction:.0%} = "
+            f"{limit * fraction / MiB:.0f} MiB)" for a, used, limit in over
+        )
+        raise WorkerMemoryError(
+            f"the cluster's workers cannot hold their own imports, so dask pauses them and nothing could run: "
+            f"{figures}. A worker needs about {worker_baseline() / MiB:.0f} MiB once torch is imported. What to do: "
+            "leave memory_limit unset (the course sizes it from that figure), or give each worker more, e.g. "
+            "start_client(n, memory_limit='2GiB'); use fewer workers where the machine is small."
+        )
 
 
 def visible_gpus() -> int:
@@ -268,12 +323,16 @@ def start_client(
     scheduler: str | None = None,
     cluster: object | None = None,
     use_gpu: bool | str = "auto",
+    memory_limit: int | str | None = None,
     quiet: bool = False,
 ) -> CourseClient:
     """Return a connected client (see the module docstring for the order of choice) and print how it started.
 
     cluster: a dask cluster object (anything with `scale` and a scheduler), e.g. a dask_jobqueue.SLURMCluster.
+    memory_limit: per-worker limit of a cluster the course starts ('2GiB'; default: DSGD_WORKER_MEMORY, else
+    planned from a worker's measured footprint and the machine's memory, see memory.py).
     """
+    explicit_limit = requested_memory_limit(memory_limit)
     if n_workers is not None and (isinstance(n_workers, bool) or not isinstance(n_workers, int) or not 1 <= n_workers <= 64):
         raise ValueError(f"n_workers must be an integer in [1, 64], got {n_workers!r}")
     t0 = time.perf_counter()
@@ -300,6 +359,8 @@ def start_client(
             kind, note = "cuda", reason
         else:
             n = n_workers or min(2, cpu_count()) or 1
+            limit = explicit_limit or worker_memory_limit(n, gpu=gpus > 0)
+            refuse_limit_below_baseline(limit)
             environ = {**dask.config.get("distributed.nanny.pre-spawn-environ", {}), **WORKER_MALLOC}
             settings = {**QUIET_TIMERS, "distributed.nanny.pre-spawn-environ": environ}
             with dask.config.set(settings):  # read when the scheduler and nannies start; passed on to workers
@@ -310,7 +371,7 @@ def start_client(
                     host="127.0.0.1",
                     scheduler_port=0,
                     dashboard_address="127.0.0.1:0",
-                    memory_limit=worker_memory_limit(n, gpu=gpus > 0),
+                    memory_limit=limit,
                     silence_logs=logging.ERROR,
                 )
             kind = "local"
@@ -318,7 +379,12 @@ def start_client(
         client = CourseClient(cluster)
         client._owned_cluster = cluster
         n_now = len(cluster.scheduler_info["workers"])
-        client.register_plugin(TorchThreads(threads_per_worker_process(n_now)), name=PLUGIN_NAME)
+        try:
+            client.register_plugin(TorchThreads(threads_per_worker_process(n_now)), name=PLUGIN_NAME)  # imports torch
+            check_workers_fit(client)
+        except BaseException:  # leave no process behind
+            client.close()
+            raise
     client.info = ClusterInfo(kind, note, client.dashboard_link)
     _open_clients.add(client)
     if not quiet:

@@ -17,7 +17,11 @@ from typing import Any
 from distributed import Client, Event, Future, get_worker
 
 from .cluster import worker_addresses
+from .memory import check_workers_memory, memory_error, paused_workers, scheduler_workers
 from .trace import StopRequested, TraceRecorder
+
+#: How long a rank's worker may stay paused, with the rank's task not started there, before the run gives up.
+PAUSE_GRACE_S = 2.0
 
 
 class WorkerLost(RuntimeError):
@@ -134,11 +138,32 @@ class EventStream:
 
 
 def pick_workers(client: Client, world: int) -> list[str]:
-    """Worker address for each rank: rank r runs on the (r mod n)-th worker."""
+    """Worker address for each rank: rank r runs on the (r mod n)-th worker (refuses paused workers)."""
     addresses = worker_addresses(client)
     if not addresses:
         raise WorkerLost("the cluster has no workers")
-    return [addresses[r % len(addresses)] for r in range(world)]
+    chosen = [addresses[r % len(addresses)] for r in range(world)]
+    check_workers_memory(client, chosen)
+    return chosen
+
+
+def _executing_keys(dask_worker: Any) -> list[str]:
+    """Keys of the tasks a worker is running right now (run on the worker through client.run)."""
+    return [str(ts.key) for ts in dask_worker.state.executing]
+
+
+def _starved_ranks(client: Client, futures: list[Future | None], addresses: list[str], pending: set[int],
+                   paused: list[str]) -> list[int]:
+    """Pending ranks queued on a paused worker that has not started their task (it never will while paused)."""
+    starved = []
+    for rank in sorted(pending):
+        fut = futures[rank]
+        if fut is None or addresses[rank] not in paused:
+            continue
+        running = client.run(_executing_keys, workers=[addresses[rank]]).get(addresses[rank], [])
+        if str(fut.key) not in running:
+            starved.append(rank)
+    return starved
 
 
 def _dead_rank(client: Client, addresses: list[str], ranks: set[int], grace_s: float = 2.0) -> int | None:
@@ -169,13 +194,15 @@ def run_live(
     event and its result is None ("drop"); with "drop", a rank that raised RankInterrupted because a peer's
     worker died returns that exception as its result (without a death it is an error as any other). A
     StopRequested from on_update sets the stop flag; the tasks then finish their current step and return.
-    Exceeding timeout_s raises TimeoutError. Never hangs. addresses names the worker of each rank (default:
+    Exceeding timeout_s raises TimeoutError. A rank queued on a worker that dask's memory monitor keeps paused
+    raises WorkerMemoryError within PAUSE_GRACE_S. Never hangs. addresses names the worker of each rank (default:
     pick_workers).
     """
     world = len(args_per_rank)
     addresses = list(addresses) if addresses else pick_workers(client, world)
     if len(addresses) != world:
         raise ValueError(f"need one worker address per rank ({world}), got {len(addresses)}")
+    check_workers_memory(client, addresses)
     run_id = uuid.uuid4().hex[:10]
     topic, stop_name = f"dsgd-events-{run_id}", f"dsgd-stop-{run_id}"
     stop_event = Event(stop_name, client=client)
@@ -199,6 +226,7 @@ def run_live(
         results: list[Any] = [None] * world
         pending = set(range(world))
         last_membership_check = 0.0
+        paused_since: float | None = None
         try:
             while pending:
                 try:
@@ -228,7 +256,16 @@ def run_live(
                 now = time.monotonic()
                 if pending and now - last_membership_check > 0.5:
                     last_membership_check = now
-                    alive = set(worker_addresses(client))
+                    workers = scheduler_workers(client)
+                    alive = set(workers)
+                    paused = paused_workers(workers, [addresses[r] for r in pending])
+                    paused_since = (paused_since or now) if paused else None
+                    if paused_since is not None and now - paused_since >= PAUSE_GRACE_S:
+                        starved = _starved_ranks(client, futures, addresses, pending, paused)
+                        if starved:
+                            raise memory_error(workers, sorted({addresses[r] for r in starved}),
+                                               getattr(client, "_owned_cluster", None) is not None,
+                                               f"rank(s) {starved} cannot start")
                     for rank in sorted(pending):
                         if addresses[rank] not in alive:
                             pending.discard(rank)

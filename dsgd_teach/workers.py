@@ -17,6 +17,7 @@ from urllib.parse import urlparse
 from distributed import Client
 
 from .cluster import worker_addresses
+from .memory import check_workers_memory
 
 #: Upper bound for widgets and requests when a cluster can grow (matches CourseClient.resize's range).
 MAX_WORKERS = 64
@@ -72,6 +73,7 @@ def get_workers(client: Client, n: int, why: str = "", *, timeout: float = 120.0
     """Workers for a run that wants n at once: use, grow, or run with what fits (see the module docstring)."""
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_WORKERS:
         raise ValueError(f"n must be an integer in [1, {MAX_WORKERS}], got {n!r}")
+    check_workers_memory(client, what="this run cannot get its workers")
     have = worker_addresses(client)
     if len(have) >= n:
         return Workers(n, n, tuple(have), f"using {n} of the cluster's {len(have)} worker(s)")

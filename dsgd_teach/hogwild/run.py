@@ -14,6 +14,7 @@ from distributed import Client
 
 from ..cluster import worker_addresses
 from ..live import run_live
+from ..memory import check_workers_memory
 from ..trace import OnUpdate, Result, TraceRecorder
 from ..workers import host_of, one_host_workers
 from .config import CountingConfig, HogwildConfig
@@ -33,6 +34,7 @@ def check_cluster(config: AnyConfig, client: Client) -> None:
         raise RuntimeError("lock=True needs POSIX pthread mutexes, which this platform lacks")
     if getattr(config, "round_robin", False) and not HAVE_MUTEX:
         raise RuntimeError("round_robin=True needs POSIX (sched_yield), which this platform lacks")
+    check_workers_memory(client)
     if config.backend == "processes":
         n = len(worker_addresses(client))
         if config.workers > n:

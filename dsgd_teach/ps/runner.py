@@ -12,6 +12,7 @@ from distributed import Client
 
 from ..cluster import worker_addresses
 from ..live import run_live
+from ..memory import check_workers_memory
 from ..problem import Problem, get_problem
 from ..trace import OnUpdate, Result, StopRequested
 from .config import PSConfig
@@ -21,6 +22,7 @@ from .server import ShardedServer
 
 def check_cluster(config: PSConfig, client: Client, n_params: int) -> None:
     """Refuse configs the cluster or the model cannot run: replicas must run at once, shards need coordinates."""
+    check_workers_memory(client)
     n = len(worker_addresses(client))
     if config.replicas > n:
         raise ValueError(

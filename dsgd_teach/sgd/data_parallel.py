@@ -9,10 +9,11 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-from distributed import Client, wait
+from distributed import Client
 
 from ..config import check_int
 from ..live import pick_workers
+from ..memory import wait_futures
 from ..models import loss_and_grad
 from ..problem import ProblemSpec, get_problem
 from ..trace import OnUpdate, Result, StopRequested, TraceRecorder
@@ -70,7 +71,7 @@ def run_data_parallel(config: DataParallelConfig, client: Client, on_update: OnU
                 )
                 for rank in range(config.workers)
             ]
-            wait(futures, timeout=60)
+            wait_futures(client, futures, 60.0, f"step {step} of data-parallel SGD")
             parts = client.gather(futures)
             loss, grad = averaged_gradient(parts)
             w -= np.float32(config.lr) * grad

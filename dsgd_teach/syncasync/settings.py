@@ -11,6 +11,7 @@ from distributed import Client
 
 from ..cluster import worker_addresses
 from ..config import check_choice, check_float, check_int
+from ..memory import check_workers_memory
 from ..problem import Problem, TrainingConfig
 from ..trace import OnUpdate, TraceRecorder
 from .delays import STRAGGLER_MODELS, DelayModel, frozen_script, validate_script
@@ -53,17 +54,8 @@ class ChapterConfig(TrainingConfig):
 
 def check_cluster(client: Client, world: int) -> None:
     """Refuse clearly when the cluster has fewer workers than ranks that must run at the same time."""
+    check_workers_memory(client)
     n = len(worker_addresses(client))
-    try:  # ask the scheduler itself: the client's cached scheduler_info() may lack per-worker entries
-        info = client.sync(client.scheduler.identity, n_workers=-1)
-    except TypeError:  # distributed versions whose identity() takes no n_workers
-        info = client.sync(client.scheduler.identity)
-    paused = [a for a, w in info["workers"].items() if w.get("status") == "paused"]
-    if paused:
-        raise RuntimeError(
-            f"worker(s) {', '.join(paused)} are paused by dask's memory monitor (memory above the pause fraction "
-            "of their limit), so they accept no new tasks; use fewer workers or restart the cluster"
-        )
     if n < world:
         raise ValueError(
             f"this run needs {world} worker processes running at once but the cluster has {n}; "
