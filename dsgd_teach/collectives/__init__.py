@@ -1,4 +1,4 @@
-"""Chapter 05: collective communication from scratch — allreduce by hand (naive, doubling, trees, ring)."""
+"""Chapter 05: collective communication from scratch — allreduce by hand (star, doubling, binomial tree, halving-doubling, ring)."""
 
 from .algorithms import (
     ALGORITHMS,
