@@ -208,7 +208,9 @@ def test_an_ordinary_user_grades_a_hostile_class_in_the_sandbox():
         nb = source / "ps01_sgd" / "ps01_sgd.ipynb"
         subs = work / "subs"
         for name, kind in (("honest_1", "good"), ("honest_2", "good"), ("stub", "stub"),
-                           ("theft_child", "theft_child"), ("read_proc", "read_proc"), ("detached", "detached")):
+                           ("theft_child", "theft_child"), ("read_proc", "read_proc"), ("detached", "detached"),
+                           ("malformed_reports", "malformed_reports"), ("echo_hidden", "echo_hidden"),
+                           ("flood_after_denial", "flood_after_denial")):
             write_submission(nb, subs / name / "ps01_sgd.ipynb", kind)
         for here, dirs, files in os.walk(work):
             for name in [here] + [os.path.join(here, n) for n in dirs + files]:
@@ -230,12 +232,17 @@ def test_an_ordinary_user_grades_a_hostile_class_in_the_sandbox():
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=560, cwd=work)
         assert done.returncode == 0, done.stderr[-2000:]
         with open(work / "out" / "grades.csv", newline="") as fh:
-            rows = [r for r in csv.DictReader(fh) if r["question"] != "(integrity)"]
+            every = list(csv.DictReader(fh))
+        rows = [r for r in every if r["question"] != "(integrity)"]
+        flagged = {r["student"] for r in every if r["question"] == "(integrity)"}
+        assert {"malformed_reports", "echo_hidden", "flood_after_denial"} <= flagged, flagged
+        assert not flagged & {"honest_1", "honest_2", "stub"}, flagged
         totals: dict[str, float] = {}
         for r in rows:
             totals[r["student"]] = totals.get(r["student"], 0.0) + float(r["points"])
         assert totals == {"honest_1": 6.0, "honest_2": 6.0, "stub": 0.0, "theft_child": 0.0, "read_proc": 0.0,
-                          "detached": 0.0}, totals
+                          "detached": 0.0, "malformed_reports": 0.0, "echo_hidden": 0.0,
+                          "flood_after_denial": 0.0}, totals
         assert {r["sandbox"] for r in rows} == {"bubblewrap"}
         assert all(os.stat(p).st_uid == entry.pw_uid for p in (work / "out").rglob("*"))
         alive = [p for p in psutil.process_iter(["username", "status"])  # a zombie left to init is dead already
