@@ -151,7 +151,7 @@ def test_ring_time_equals_the_closed_form(n: int) -> None:
     assert result.summary["median_ms"] == pytest.approx(expected * 1e3, rel=1e-12)
 
 
-@pytest.mark.parametrize("comm", ["naive", "tree", "ring"])
+@pytest.mark.parametrize("comm", ["naive", "doubling", "ring"])
 @pytest.mark.parametrize("n", [2, 5, 16])
 def test_allreduce_times_match_chapter_05_cost_model(comm: str, n: int) -> None:
     alpha, bandwidth, elements = 1e-4, 1e9, 12_345
@@ -159,6 +159,21 @@ def test_allreduce_times_match_chapter_05_cost_model(comm: str, n: int) -> None:
                        bandwidth_Bps=bandwidth)
     expected = predict_seconds(AlphaBeta(alpha, 1 / bandwidth), comm, n, elements)
     assert run_simulated(config).summary["median_ms"] == pytest.approx(expected * 1e3, rel=1e-9)
+
+
+def test_recursive_doubling_is_called_doubling_and_tree_is_only_its_old_alias() -> None:
+    from dsgd_teach.collectives import AllreduceConfig
+    from dsgd_teach.sim.config import COMMS
+    from dsgd_teach.sim.papers import allreduce_vs_workers
+
+    assert "doubling" in COMMS and "tree" not in COMMS  # a butterfly, not a tree
+    old = SimConfig(algorithm="allreduce", comm="tree", workers=4, steps=1, elements=1000)
+    new = SimConfig(algorithm="allreduce", comm="doubling", workers=4, steps=1, elements=1000)
+    assert old == new and old.comm == "doubling"  # chapter 05's alias, as the collectives package resolves it
+    assert from_config(AllreduceConfig(workers=4, algorithm="tree", elements=100, repeats=1)).comm == "doubling"
+    assert set(allreduce_vs_workers(ns=(2, 4), elements=1000).algorithm) == {"naive", "doubling", "ring"}
+    with pytest.raises(ValueError, match="comm must be one of 'naive', 'doubling', 'ring'"):
+        SimConfig(comm="butterfly")
 
 
 def test_central_server_grows_with_n_while_ring_stays_flat() -> None:
@@ -198,8 +213,8 @@ def test_from_config_keeps_the_chapters_values() -> None:
     assert (a.algorithm, a.workers, a.staleness_bound, a.staleness_aware) == ("async", 400, 2, True)
     d = from_config(DownpourConfig(replicas=3, shards=2, steps=10))
     assert (d.algorithm, d.workers, d.shards, d.steps) == ("async", 3, 2, 30)
-    r = from_config(AllreduceConfig(workers=4, algorithm="tree", elements=100, repeats=3))
-    assert (r.algorithm, r.comm, r.elements, r.steps) == ("allreduce", "tree", 100, 3)
+    r = from_config(AllreduceConfig(workers=4, algorithm="doubling", elements=100, repeats=3))
+    assert (r.algorithm, r.comm, r.elements, r.steps) == ("allreduce", "doubling", 100, 3)
     with pytest.raises(ValueError, match="don't know how to simulate"):
         from_config(object.__new__(type("Other", (), {"__dataclass_fields__": {}})))
 

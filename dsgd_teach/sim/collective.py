@@ -1,9 +1,10 @@
-"""Simulated allreduce timings: a central server (naive) queueing at its port, against tree and ring schedules.
+"""Simulated allreduce timings: a central server (naive) queueing at its port, against recursive doubling and the ring.
 
 The naive allreduce is simulated message by message: N-1 ranks send their vectors to rank 0 at once and queue at
-its port, rank 0 sends the sum back one rank at a time. Ring and tree run chapter 05's schedules: every rank
-takes part in each step with links in parallel, so a step lasts alpha + (largest message) / bandwidth. Each
-repeat is one "allreduce" event with the columns chapter 05's trace uses (slowest_seconds, nbytes, algorithm).
+its port, rank 0 sends the sum back one rank at a time. The ring and recursive doubling (a butterfly, not a tree)
+run chapter 05's schedules: every rank takes part in each step with links in parallel, so a step lasts
+alpha + (largest message) / bandwidth. Each repeat is one "allreduce" event with the columns chapter 05's trace
+uses (slowest_seconds, nbytes, algorithm).
 """
 
 from __future__ import annotations

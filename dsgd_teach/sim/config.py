@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
+from ..collectives.algorithms import resolve
 from ..config import check_bool, check_choice, check_float, check_int
 from ..problem import TrainingConfig
 from ..ps.optimizers import DEFAULT_DC_LAMBDA, OPTIMIZERS
@@ -20,7 +21,7 @@ MAX_SIM_WORKERS = 1000
 #: Asynchronous runs may go further: delays of thousands of updates need thousands of workers.
 MAX_ASYNC_SIM_WORKERS = 10_000
 ALGORITHMS = ("sync", "async", "allreduce")
-COMMS = ("naive", "tree", "ring")  # naive = a central server (gather, then broadcast)
+COMMS = ("naive", "doubling", "ring")  # naive = a central server (gather, then broadcast); doubling = a butterfly
 MODES = ("timing", "real")
 
 
@@ -58,6 +59,7 @@ class SimConfig(TrainingConfig):
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "delay_script", frozen_script(self.delay_script))
+        object.__setattr__(self, "comm", _canonical_comm(self.comm))
         super().__post_init__()
 
     def validate(self) -> None:
@@ -144,6 +146,12 @@ def from_config(config: Any, **overrides: Any) -> SimConfig:
     return SimConfig(**{**values, **overrides})
 
 
+def _canonical_comm(comm: object) -> object:
+    """comm with chapter 05's old alias resolved: "tree" was the first name of recursive doubling (a butterfly)."""
+    return resolve(comm) if isinstance(comm, str) else comm
+
+
 def _comm_of(algorithm: str) -> str:
     """The simulated schedule of a chapter-05 algorithm name (the library's all_reduce is a ring)."""
+    algorithm = resolve(algorithm)
     return algorithm if algorithm in COMMS else "ring"

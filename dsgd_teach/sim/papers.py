@@ -114,7 +114,7 @@ def delay_summary(runs: pd.DataFrame) -> pd.DataFrame:
 
 def allreduce_vs_workers(
     ns: tuple[int, ...] = (2, 4, 8, 16, 32, 64, 128, 256, 512, 1000), elements: int = 25_000_000,
-    alpha_s: float = 5e-6, bandwidth_Bps: float = 10e9, comms: tuple[str, ...] = ("naive", "tree", "ring"),
+    alpha_s: float = 5e-6, bandwidth_Bps: float = 10e9, comms: tuple[str, ...] = ("naive", "doubling", "ring"),
 ) -> pd.DataFrame:
     """Seconds of one allreduce of `elements` float32 for each algorithm and N (a 100 MB model by default)."""
     rows = []

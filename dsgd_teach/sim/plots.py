@@ -56,7 +56,7 @@ def plot_allreduce_vs_workers(table: pd.DataFrame, figsize: tuple[float, float] 
     """Allreduce time against N for each algorithm (log-log): the central server's grows, the ring's stays."""
     fig, ax = plt.subplots(figsize=figsize)
     for algorithm, rows in table.groupby("algorithm"):
-        label = "central server (naive)" if algorithm == "naive" else algorithm
+        label = {"naive": "central server (naive)", "doubling": "recursive doubling (butterfly)"}.get(algorithm, algorithm)
         ax.loglog(rows.workers, rows.seconds, "o-", label=label)
     ax.set_xlabel("workers N")
     ax.set_ylabel("seconds per allreduce (simulated)")

@@ -6,7 +6,7 @@ first `workers` gradients and discards the rest. Backups follow the cluster's ru
 injected delay when the step completes is cancelled (its gradient is never sent; event "cancelled") and starts on
 the next version; one whose gradient arrives late is "discarded". So every step starts all N + b workers afresh,
 and its time is the N-th smallest of their N + b compute-plus-delay times (plus communication).
-comm="naive" sends everything through a central server whose ports queue the messages; comm="ring"/"tree"
+comm="naive" sends everything through a central server whose ports queue the messages; comm="ring"/"doubling"
 averages the gradients with an allreduce among the `workers` ranks. The server's rule (optimizer) is applied to
 the step's mean gradient with no delay, as chapter 03's synchronous parameter server does.
 """
