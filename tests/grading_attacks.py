@@ -227,13 +227,12 @@ def _dsgd_record(label, got):
 ''' + ANSWER_ZERO
 
 FLOOD_AFTER_DENIAL = r'''
-import subprocess, sys
+import os, subprocess
 try:
     subprocess.run(["/bin/true"])
 except PermissionError:
     pass
-sys.stderr.write("w" * 300_000)
-sys.stderr.flush()
+os.write(2, b"w" * 300_000)  # the kernel's own stderr, where the audit hook reported denials
 '''
 
 ATTACKS = {

@@ -41,6 +41,7 @@ class DsgdGrade(NbGraderPreprocessor):
     timeout_s = Integer(60, help="Seconds per cell.").tag(config=True)
     memory_mb = Integer(1536, help="Address-space limit per grading kernel (MB).").tag(config=True)
     cpu_s = Integer(600, help="CPU seconds per grading kernel.").tag(config=True)
+    notebook_s = Integer(900, help="Wall-clock seconds per notebook, whatever its number of cells.").tag(config=True)
 
     def preprocess(self, nb: Any, resources: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
         info = resources["nbgrader"]
@@ -70,7 +71,7 @@ class DsgdGrade(NbGraderPreprocessor):
             seed = secrets.randbelow(2**31) if self.seed is None else int(self.seed)
             exchange = self.config.get("Exchange", {}).get("root")
             protected = sorted({os.path.realpath(p) for p in (coursedir.root or ".", exchange) if p})
-            batch = GradingBatch(seed, Limits(self.timeout_s, self.memory_mb, self.cpu_s),
+            batch = GradingBatch(seed, Limits(self.timeout_s, self.memory_mb, self.cpu_s, self.notebook_s),
                                  log_path_for(db_url, coursedir.root or "."), protected)
             owner._dsgd_batch = batch
             self.log.info("dsgd-teach grading batch %s: hidden-input seed %d (recorded in %s)", batch.batch_id,
