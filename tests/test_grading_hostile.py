@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import html
+import json
 import os
 import re
 import shutil
@@ -126,6 +127,8 @@ def check_batch(rc: int, out: Path, subs_before: dict, subs: Path, csv_at_exit: 
     problems = [] if rc == 0 else [f"the grader exited {rc}"]
     if csv_at_exit is None:
         problems.append("no grades.csv was written")
+    if not (out / "grading.json").is_file() or json.loads((out / "grading.json").read_text())["seed"] != SEED:
+        problems.append("no grading.json recording the seed was written")
     rows = _rows(out) if csv_at_exit is not None else []
     if rows:
         problems += unsafe_text(out, rows, SOURCE / "ps01_sgd" / "ps01_sgd.ipynb")

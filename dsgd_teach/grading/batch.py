@@ -257,7 +257,7 @@ def grade_batch(submissions_dir: Path, source_dir: Path, out_dir: Path, *, assig
         try:
             write_feedback(out_dir / _feedback_path(sub), sub.student, sub.assignment, sub.grades,
                            unsafe=not sandbox, root=out_dir)
-        except (OSError, ValueError) as exc:  # one page that cannot be written does not cost the others theirs
+        except (OSError, ValueError, safeio.UnsafeOutput) as exc:  # one unwritable page costs no other page
             unwritten.append(f"{_feedback_path(sub)}: {clean(exc, 200)}")
     summary = {"seed": seed, "submissions": len(graded), "seconds": round(time.perf_counter() - t0, 1),
                "limits": limits.__dict__, "sandbox": SANDBOXED if sandbox else UNSAFE,
