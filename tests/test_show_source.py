@@ -1,13 +1,15 @@
-"""What the chapters show besides their runs: the source of the algorithm each one runs.
+"""What the chapters show besides their runs: the source of the algorithm each one runs, and worked solutions.
 
 Every chapter calls `show_source` on the function (or class) that executes its core algorithm, right where it runs
 it; the name resolves through the chapter's own imports and the text shown is exactly `inspect.getsource`'s.
-These tests read the notebooks and import the package; they start no cluster.
+Every chapter's ungraded exercises link to a solutions file in course/solutions/ whose code blocks compile and
+import only names that exist. These tests read the notebooks and import the package; they start no cluster.
 """
 
 from __future__ import annotations
 
 import ast
+import importlib
 import inspect
 import re
 from pathlib import Path
@@ -95,3 +97,64 @@ def test_show_source_reads_through_numba_kernels():
 
     body = show_source(sparse_sgd).data.partition("\n")[2]
     assert body.startswith("@njit") and "def sparse_sgd(" in body
+
+
+# --- solutions to the ungraded exercises ---------------------------------------------------------------------
+
+FENCE = re.compile(r"```python\n(.*?)```", re.S)
+LINK = re.compile(r"solutions/(\d\d_[a-z_]+_solutions\.md)")
+
+
+def exercise_cells(path: Path) -> list[str]:
+    """The markdown cells of a chapter that set exercises."""
+    nb = nbformat.read(path, as_version=4)
+    return [c.source for c in nb.cells if c.cell_type == "markdown" and re.search(r"^#+ Exercises?\b", c.source, re.M)]
+
+
+def solutions_file(path: Path) -> Path:
+    """Where a chapter's worked solutions live."""
+    return SOLUTIONS / f"{path.stem}_solutions.md"
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_exercises_link_their_solutions(path):
+    cells = exercise_cells(path)
+    assert cells, f"{path.name}: no Exercises section"
+    for cell in cells:
+        assert solutions_file(path).name in LINK.findall(cell), f"{path.name}: the exercises do not link solutions"
+    text = solutions_file(path).read_text(encoding="utf-8")
+    numbered = re.findall(r"^\s*(\d+)\. ", "\n".join(cells), re.M)
+    for n in numbered:
+        assert re.search(rf"^## Exercise {n}\b", text, re.M), f"{solutions_file(path).name}: no solution to {n}"
+
+
+def imported_names(tree: ast.Module) -> list[tuple[str, str | None]]:
+    """(module, name) for every import in a parsed block; name None for `import module`."""
+    out: list[tuple[str, str | None]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(a.name, None) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            out += [(node.module or "", a.name) for a in node.names]
+    return out
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_solution_code_compiles_and_imports_what_exists(path):
+    text = solutions_file(path).read_text(encoding="utf-8")
+    for i, block in enumerate(FENCE.findall(text)):
+        tree = ast.parse(python_of(block))
+        compile(tree, f"{solutions_file(path).name} block {i}", "exec")
+        for module, name in imported_names(tree):
+            imported = importlib.import_module(module)
+            if name is not None and not hasattr(imported, name):
+                importlib.import_module(f"{module}.{name}")  # a submodule not yet imported by its package
+
+
+def test_a_missing_name_is_caught():
+    tree = ast.parse("from dsgd_teach.sgd import no_such_function")
+    (module, name), = imported_names(tree)
+    with pytest.raises(ModuleNotFoundError):
+        imported = importlib.import_module(module)
+        if not hasattr(imported, name):
+            importlib.import_module(f"{module}.{name}")
