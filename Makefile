@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install lab test lint course bench assignments browser-deps sandbox-deps clean
+.PHONY: install lab test compat lint course bench assignments browser-deps sandbox-deps clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -21,6 +21,12 @@ lint: $(STAMP)
 
 test: $(STAMP) lint browser-deps sandbox-deps
 	$(PY) -m pytest
+	bash scripts/compat_test.sh $(PY)
+
+# The newcomer's configuration: the newest other Python here with PyPI's standard (CUDA) torch wheel, in
+# .venv-compat: every chapter in smoke mode plus the oracle, memory and fault tests (skips if no second Python).
+compat: $(STAMP)
+	bash scripts/compat_test.sh $(PY)
 
 course: $(STAMP)
 	$(PY) -m dsgd_teach.course_runner --out build/course

@@ -129,3 +129,21 @@ def test_a_rank_queued_on_a_worker_paused_after_the_checks_ends_the_run(fresh_cl
     assert outcome and isinstance(outcome[0], WorkerMemoryError), outcome
     assert "rank(s) [1] cannot start" in str(outcome[0])
     assert time.monotonic() - t0 < 15
+
+
+@pytest.mark.timeout(120)
+def test_the_panel_shows_the_memory_error_where_the_user_looks(fresh_client):
+    from dsgd_teach.panel import ExperimentPanel
+
+    addresses = worker_addresses(fresh_client)
+    fresh_client.run(_pause)
+    for address in addresses:
+        _wait_paused(fresh_client, address)
+    panel = ExperimentPanel(fresh_client, run_data_parallel, DataParallelConfig(workers=2, steps=3),
+                            resize_cluster=False)
+    t0 = time.monotonic()
+    panel.run_button.click()
+    assert panel.wait(60) is None
+    assert time.monotonic() - t0 < 15
+    assert panel.error.startswith("WorkerMemoryError") and "paused by dask's memory monitor" in panel.error
+    assert "fewer workers" in panel.error_box.value

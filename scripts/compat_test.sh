@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The newcomer's configuration, checked by `make test`: the newest other supported Python on this machine with
+# PyPI's standard torch wheel (the CUDA build plain `pip install` gives on Linux), in .venv-compat. Runs every
+# chapter in smoke mode and the oracle, memory and fault tests there. Skips, saying why, where no second Python
+# exists. Usage: scripts/compat_test.sh MAIN_PYTHON [pytest args...]; COMPAT_PYTHON=/path/to/python3.10 picks another
+# interpreter and COMPAT_VENV another folder (how the other supported Pythons are checked by hand).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+main_python=${1:?usage: scripts/compat_test.sh MAIN_PYTHON}
+shift
+main_version=$("$main_python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+if [ -n "${COMPAT_PYTHON:-}" ]; then
+  python=$COMPAT_PYTHON
+elif ! python=$(scripts/newest_python.sh "$main_version"); then
+  echo "compat: SKIPPED: no supported Python (3.10-3.13) other than the main environment's $main_version on this machine"
+  exit 0
+fi
+venv=${COMPAT_VENV:-.venv-compat}
+version=$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+if [ ! -f "$venv/.installed" ] || [ pyproject.toml -nt "$venv/.installed" ] || \
+   [ "$("$venv/bin/python" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)" != "$version" ]; then
+  rm -rf "$venv"
+  echo "compat: installing Python $version ($python) with PyPI's torch wheel into $venv (about 2.7 GB to download)"
+  start=$(date +%s)
+  "$python" -m venv "$venv"
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e ".[dev]" 2>&1 | grep -v "is ignored" || true
+  "$venv/bin/python" -c "import torch" || { echo "compat: install failed"; exit 1; }
+  touch "$venv/.installed"
+  echo "compat: installed in $(( $(date +%s) - start )) s"
+fi
+"$venv/bin/python" - <<'PY'
+import platform, torch
+from dsgd_teach.memory import MiB, torch_build, worker_baseline
+print(f"compat: Python {platform.python_version()}, torch {torch.__version__} ({torch_build()} build), "
+      f"a worker's baseline after its imports: {worker_baseline() / MiB:.0f} MiB")
+PY
+# Every chapter in smoke mode (not skipped: no browser test runs here), the oracles (parallel = sequential, the
+# hand-written collectives = torch.distributed), worker memory, and the fault tests (killed and paused workers).
+exec "$venv/bin/python" -m pytest -p no:cacheprovider -q \
+  tests/test_notebooks.py \
+  tests/test_worker_memory.py \
+  tests/test_sgd.py \
+  tests/test_collectives_oracle.py \
+  tests/test_averaging_faults.py \
+  tests/test_ps_faults.py \
+  "$@"
