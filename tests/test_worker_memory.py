@@ -87,13 +87,19 @@ def _wait_paused(client, address: str, timeout_s: float = 20.0) -> None:
         time.sleep(0.1)
 
 
+def _pause_every_worker(client) -> list[str]:
+    """Pause every worker through dask's memory monitor (what the CUDA wheel did at the old limit); addresses."""
+    addresses = worker_addresses(client)
+    client.run(_pause)
+    for address in addresses:
+        _wait_paused(client, address)
+    return addresses
+
+
 @pytest.mark.timeout(120)
 def test_a_run_on_paused_workers_fails_within_seconds_naming_memory(fresh_client):
     """What the CUDA wheel did to the old 768 MiB limit: every worker paused at idle, and runs waited."""
-    addresses = worker_addresses(fresh_client)
-    fresh_client.run(_pause)
-    for address in addresses:
-        _wait_paused(fresh_client, address)
+    addresses = _pause_every_worker(fresh_client)
     t0 = time.monotonic()
     with pytest.raises(WorkerMemoryError, match=rf"(?s)paused by dask's memory monitor.*{addresses[0]} holds \d+ MiB.*fewer workers"):
         run_data_parallel(DataParallelConfig(workers=2, steps=3, batch_size=8), fresh_client)
@@ -135,10 +141,7 @@ def test_a_rank_queued_on_a_worker_paused_after_the_checks_ends_the_run(fresh_cl
 def test_the_panel_shows_the_memory_error_where_the_user_looks(fresh_client):
     from dsgd_teach.panel import ExperimentPanel
 
-    addresses = worker_addresses(fresh_client)
-    fresh_client.run(_pause)
-    for address in addresses:
-        _wait_paused(fresh_client, address)
+    _pause_every_worker(fresh_client)
     panel = ExperimentPanel(fresh_client, run_data_parallel, DataParallelConfig(workers=2, steps=3),
                             resize_cluster=False)
     t0 = time.monotonic()

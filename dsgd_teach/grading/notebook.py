@@ -120,7 +120,8 @@ def _entry(cell: Any, gid: str, tests: set[str]) -> dict[str, Any]:
     return entry
 
 
-def _hidden_lines(source: str) -> set[int]:
+def hidden_line_numbers(source: str) -> set[int]:
+    """1-based numbers of the lines between the hidden-test markers of a test cell."""
     lines, inside = set(), False
     for number, line in enumerate(source.splitlines(), start=1):
         if HIDDEN_BEGIN in line:
@@ -183,7 +184,7 @@ def rewrite_test(source: str, mode: str) -> str:
     """
     with _PARSE_LOCK:
         parsed = ast.parse(source)
-    tree = _Rewrite(mode, _hidden_lines(source)).visit(parsed)
+    tree = _Rewrite(mode, hidden_line_numbers(source)).visit(parsed)
     ast.fix_missing_locations(tree)
     return ast.unparse(tree)
 

@@ -12,7 +12,7 @@ import re
 import unicodedata
 from dataclasses import dataclass
 
-from .notebook import HIDDEN_BEGIN, HIDDEN_END, Assignment, rewrite_test
+from .notebook import HIDDEN_BEGIN, HIDDEN_END, Assignment, hidden_line_numbers, rewrite_test
 from .verdict import Grade
 
 REASON_LIMIT = 400
@@ -53,15 +53,12 @@ def _squash(text: str) -> str:
 
 def hidden_lines(source: str) -> list[str]:
     """The lines of a test cell's hidden blocks, as written and as rewritten for the student's kernel."""
-    lines, inside, kept = [], False, []
-    for line in source.splitlines():
-        if HIDDEN_BEGIN in line:
-            inside = True
-        elif HIDDEN_END in line:
-            inside = False
-        elif inside:
+    hidden = hidden_line_numbers(source)
+    lines, kept = [], []
+    for number, line in enumerate(source.splitlines(), start=1):
+        if number in hidden:
             lines.append(line)
-        else:
+        elif HIDDEN_BEGIN not in line and HIDDEN_END not in line:
             kept.append(line)
     if not lines:
         return []
