@@ -34,7 +34,7 @@ def test_simulated_panel_runs_the_same_config_at_scale_without_touching_the_clus
 @pytest.mark.parametrize(
     "config",
     [SimConfig(workers=20, steps=5), SimConfig(algorithm="async", workers=8, steps=40),
-     SimConfig(algorithm="allreduce", comm="tree", workers=8, steps=3, elements=1000),
+     SimConfig(algorithm="allreduce", comm="doubling", workers=8, steps=3, elements=1000),
      SimConfig(mode="real", workers=2, steps=10, eval_every=5)],
 )
 def test_plot_result_draws_every_kind_of_simulated_trace(config: SimConfig) -> None:
