@@ -19,8 +19,11 @@ lab: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check dsgd_teach tests
 
+# The compat environment (below) downloads and installs while the main suite runs, then runs its own tests.
 test: $(STAMP) lint browser-deps sandbox-deps
-	$(PY) -m pytest
+	@mkdir -p build; bash scripts/compat_test.sh --install-only $(PY) > build/compat-install.log 2>&1 & install=$$!; \
+	$(PY) -m pytest; status=$$?; wait $$install; installed=$$?; cat build/compat-install.log; \
+	[ $$status -eq 0 ] || exit $$status; [ $$installed -eq 0 ] || exit $$installed; \
 	bash scripts/compat_test.sh $(PY)
 
 # The newcomer's configuration: the newest other Python here with PyPI's standard (CUDA) torch wheel, in

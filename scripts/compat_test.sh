@@ -4,9 +4,12 @@
 # chapter in smoke mode and the oracle, memory and fault tests there. Skips, saying why, where no second Python
 # exists. Usage: scripts/compat_test.sh MAIN_PYTHON [pytest args...]; COMPAT_PYTHON=/path/to/python3.10 picks another
 # interpreter and COMPAT_VENV another folder (how the other supported Pythons are checked by hand).
+# With --install-only first, it only builds the environment (make test does that while the main suite runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-main_python=${1:?usage: scripts/compat_test.sh MAIN_PYTHON}
+install_only=false
+if [ "${1:-}" = "--install-only" ]; then install_only=true; shift; fi
+main_python=${1:?usage: scripts/compat_test.sh [--install-only] MAIN_PYTHON}
 shift
 main_version=$("$main_python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 if [ -n "${COMPAT_PYTHON:-}" ]; then
@@ -28,6 +31,7 @@ if [ ! -f "$venv/.installed" ] || [ pyproject.toml -nt "$venv/.installed" ] || \
   touch "$venv/.installed"
   echo "compat: installed in $(( $(date +%s) - start )) s"
 fi
+if $install_only; then exit 0; fi
 "$venv/bin/python" - <<'PY'
 import platform, torch
 from dsgd_teach.memory import MiB, torch_build, worker_baseline
