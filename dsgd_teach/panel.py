@@ -198,9 +198,10 @@ class ExperimentPanel(widgets.VBox):
 
 
 def _summary_html(result: Result) -> str:
-    cells = "".join(
-        f"<td style='padding:0 10px'><b>{html.escape(k)}</b><br>{v:.4g}</td>" if isinstance(v, float)
-        else f"<td style='padding:0 10px'><b>{html.escape(k)}</b><br>{html.escape(str(v))}</td>"
+    """The run's summary as items that wrap onto more lines, so a narrow panel never cuts figures off."""
+    items = "".join(
+        f"<div style='min-width:8em'><b>{html.escape(k)}</b><br>"
+        f"{f'{v:.4g}' if isinstance(v, float) else html.escape(str(v))}</div>"
         for k, v in result.summary.items()
     )
-    return f"<table><tr>{cells}</tr></table>"
+    return f"<div class='dsgd-summary' style='display:flex;flex-wrap:wrap;gap:4px 16px;max-width:100%'>{items}</div>"

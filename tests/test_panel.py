@@ -70,3 +70,14 @@ def test_invalid_settings_and_failures_are_shown_in_the_panel(client):
 def test_unknown_control_is_rejected(client):
     with pytest.raises(ValueError, match="not fields"):
         ExperimentPanel(client, run_sgd, SGDConfig(), {"nonsense": widgets.IntSlider()})
+
+
+def test_the_summary_wraps_instead_of_running_off_the_panel():
+    from dsgd_teach.panel import _summary_html
+    from dsgd_teach.trace import Result
+
+    summary = {f"figure_number_{i}": float(i) / 3 for i in range(12)} | {"note": "<b>x</b>"}
+    text = _summary_html(Result(None, None, summary, None, False))
+    assert "flex-wrap:wrap" in text and "<table" not in text
+    assert text.count("<div style='min-width:8em'>") == len(summary)
+    assert "figure_number_11</b><br>3.667" in text and "&lt;b&gt;x&lt;/b&gt;" in text
