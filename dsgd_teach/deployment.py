@@ -18,6 +18,8 @@ from typing import Any
 
 from distributed import Client
 
+from .memory import plan_worker_memory
+
 #: dask's own command line, from this interpreter's environment (`dask scheduler`, `dask worker`).
 DASK_CLI = str(Path(sys.executable).with_name("dask"))
 DASK = [DASK_CLI, "scheduler"]
@@ -80,9 +82,10 @@ def start_scheduler(workdir: Path, host: str = "127.0.0.1", prefix: list[str] | 
 
 def start_worker(dep: Deployment, host: str = "127.0.0.1", prefix: list[str] | None = None,
                  log: Path | None = None, env: dict[str, str] | None = None) -> subprocess.Popen:
-    """`dask worker --nthreads 1 --host HOST` connected to dep's scheduler (not waited for)."""
+    """`dask worker --nthreads 1 --host HOST` connected to dep's scheduler (not waited for), with the memory limit
+    the course would give one of two workers here (a fixed 1 GiB paused workers of PyPI's CUDA torch build)."""
     cmd = [*(prefix or []), *DASK_WORKER, dep.address, "--nthreads", "1", "--host", host,
-           "--dashboard-address", f"{host}:0", "--memory-limit", "1GiB"]
+           "--dashboard-address", f"{host}:0", "--memory-limit", str(plan_worker_memory(2).limit)]
     out = open(log or os.devnull, "ab")  # noqa: SIM115
     proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
     dep.procs.append(proc)
