@@ -21,6 +21,7 @@ from nbclient import NotebookClient
 
 from dsgd_teach.cluster import MEMORY_BUDGET_BYTES
 from dsgd_teach.course_runner import COURSE_DIR, chapters
+from dsgd_teach.memory import ESTIMATED_BASELINE_BYTES, torch_build, worker_baseline
 
 CHAPTERS = chapters()
 REPORT = COURSE_DIR.parent / "build" / "memory" / "peaks.json"
@@ -124,7 +125,16 @@ def test_chapter_fits_in_binder_memory(path: Path, monkeypatch):
     }
     _record(path.stem, entry)
     print(f"{path.stem}: {entry}")
-    assert sampler.peak_pss <= MEMORY_BUDGET_BYTES, (
+    budget = budget_for_build(sampler.peak_procs)
+    assert sampler.peak_pss <= budget, (
         f"{path.name}: kernel + cluster peaked at {sampler.peak_pss / MiB:.0f} MiB PSS "
-        f"(RSS sum {sampler.peak_rss / MiB:.0f} MiB), over the {MEMORY_BUDGET_BYTES / MiB:.0f} MiB Binder budget"
+        f"(RSS sum {sampler.peak_rss / MiB:.0f} MiB), over the {budget / MiB:.0f} MiB budget ({torch_build()} build)"
     )
+
+
+def budget_for_build(processes: int) -> int:
+    """Binder's 2 GiB with the CPU build Binder installs; PyPI's CUDA build adds its measured extra imports
+    (about 400 MiB of CUDA libraries that no other process shares) to each of the processes."""
+    if torch_build() == "cpu":
+        return MEMORY_BUDGET_BYTES
+    return MEMORY_BUDGET_BYTES + processes * max(0, worker_baseline() - ESTIMATED_BASELINE_BYTES["cpu"])
