@@ -42,7 +42,7 @@ def test_every_hand_written_algorithm_is_in_the_cost_table(cells: list) -> None:
 
 def test_the_ring_source_is_shown_before_the_links_are_measured(cells: list) -> None:
     sources = [c.source for c in cells if c.cell_type == "code"]
-    shown = next(i for i, s in enumerate(sources) if "getsource(ring_allreduce)" in s)
+    shown = next(i for i, s in enumerate(sources) if "show_source(ring_allreduce)" in s)
     measured = next(i for i, s in enumerate(sources) if "link_runs = {" in s)
     assert shown < measured
 
