@@ -232,11 +232,7 @@ def worker_addresses(client: Client) -> list[str]:
     """Addresses of all connected workers, sorted (rank r runs on the r-th address)."""
     # Ask the scheduler directly: scheduler_info() returns the client's cached identity, which a background
     # callback refreshes without per-worker entries, so under load it can come back with no workers at all.
-    try:
-        info = client.sync(client.scheduler.identity, n_workers=-1)
-    except TypeError:  # distributed versions whose identity() takes no n_workers
-        info = client.sync(client.scheduler.identity)
-    return sorted(info["workers"])
+    return sorted(scheduler_workers(client))
 
 
 def _describe(n_workers: int) -> str:
