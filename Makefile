@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+# pytest-xdist workers for `make test` (each runs whole test files; the slow files go first, see tests/conftest.py)
+JOBS   ?= 2
 
 .PHONY: install lab test compat lint course bench assignments browser-deps sandbox-deps clean
 
@@ -20,9 +22,10 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check dsgd_teach tests
 
 # The compat environment (below) downloads and installs while the main suite runs, then runs its own tests.
+# The main suite runs in JOBS pytest-xdist workers, one test file per worker at a time.
 test: $(STAMP) lint browser-deps sandbox-deps
 	@mkdir -p build; bash scripts/compat_test.sh --install-only $(PY) > build/compat-install.log 2>&1 & install=$$!; \
-	$(PY) -m pytest; status=$$?; wait $$install; installed=$$?; cat build/compat-install.log; \
+	$(PY) -m pytest -n $(JOBS) --dist loadfile --no-loadscope-reorder; status=$$?; wait $$install; installed=$$?; cat build/compat-install.log; \
 	[ $$status -eq 0 ] || exit $$status; [ $$installed -eq 0 ] || exit $$installed; \
 	bash scripts/compat_test.sh $(PY)
 

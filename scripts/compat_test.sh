@@ -40,7 +40,7 @@ print(f"compat: Python {platform.python_version()}, torch {torch.__version__} ({
 PY
 # Every chapter in smoke mode (not skipped: no browser test runs here), the oracles (parallel = sequential, the
 # hand-written collectives = torch.distributed), worker memory, and the fault tests (killed and paused workers).
-exec "$venv/bin/python" -m pytest -p no:cacheprovider -q \
+exec "$venv/bin/python" -m pytest -p no:cacheprovider -q -n "${JOBS:-2}" --dist load \
   tests/test_notebooks.py \
   tests/test_worker_memory.py \
   tests/test_sgd.py \

@@ -66,9 +66,22 @@ def nothing_left_behind():
     assert not names, f"course threads left running: {names}"
 
 
+# The modules that take minutes each, longest first: `make test` runs them first so that its two pytest-xdist
+# workers (one file per worker at a time) finish together instead of one waiting on a long file started last.
+SLOW_MODULES = ("test_browser.py", "test_nbgrader_route.py", "test_grading_batch.py", "test_memory.py",
+                "test_grading_hostile.py", "test_grading_sandbox.py", "test_multihost.py")
+
+
+def slow_first(items: list[pytest.Item]) -> None:
+    """Reorder items in place: SLOW_MODULES first in their listed order, then the rest as collected."""
+    rank = {name: i for i, name in enumerate(SLOW_MODULES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(SLOW_MODULES)))
+
+
 @pytest.hookimpl(trylast=True)  # after -k and -m have deselected what they will
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip a chapter's plain smoke-mode run when this session also runs it in JupyterLab.
+    """Run the slow modules first, and skip a chapter's plain smoke-mode run when this session also runs it in
+    JupyterLab.
 
     test_browser.py executes the same chapter in smoke mode in a real kernel and fails on the same things (an
     error output, a traceback on stderr) and more, so running it twice only costs time. Without Chromium, or
@@ -76,6 +89,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """
     from browser_support import chromium_missing_reason
 
+    slow_first(items)
     in_lab = {item.callspec.id for item in items
               if getattr(item, "originalname", "") == "test_chapter_in_jupyterlab" and hasattr(item, "callspec")}
     if not in_lab or chromium_missing_reason():
