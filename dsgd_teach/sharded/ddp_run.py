@@ -1,0 +1,164 @@
+"""Chapter 09's first experiment: overlapped bucketed DDP on the live cluster, optionally next to torch's DDP.
+
+Every rank trains the same MLP on its own batches with SGD; gradients are averaged by OverlappedDDP (the course's
+ring or the library allreduce) after `accumulate` microbatches, of which only the last communicates. With
+compare_torch, each step is followed by the same step of torch.nn.parallel.DistributedDataParallel on a copy of
+the model, in the same process group, so step times are measured in interleaved rounds and the two models can be
+compared parameter for parameter.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from distributed import Client
+
+from ..collectives.comm import Comm
+from ..collectives.group import DEVICES, plan_group, run_in_group
+from ..config import Config, check_bool, check_choice, check_float, check_int
+from ..live import WorkerContext
+from ..trace import OnUpdate, Result, TraceRecorder
+from .ddp import OverlappedDDP
+from .toy import batch, flat_params, make_mlp, n_params
+
+
+@dataclass(frozen=True)
+class DDPConfig(Config):
+    """Data-parallel SGD with bucketed allreduces launched from gradient hooks while backward runs."""
+
+    workers: int = 2
+    allreduce: str = "library"  # "ring" (chapter 05's, on a communication thread) or "library"
+    bucket_mb: float = 1.0
+    overlap: bool = True  # False: every bucket after backward, back to back (the baseline)
+    accumulate: int = 1  # microbatches per step; only the last one communicates (DDP's no_sync)
+    batch_size: int = 16  # rows per microbatch per rank
+    width: int = 64
+    depth: int = 4
+    steps: int = 5
+    lr: float = 0.05
+    seed: int = 0
+    compare_torch: bool = False  # also run torch DDP on the same batches, step by step
+    threads: int = 1  # torch intra-op threads per rank
+    device: str = "auto"
+    timeout_s: float = 60.0
+    run_timeout_s: float = 600.0
+
+    def validate(self) -> None:
+        check_int("workers", self.workers, 1, 16)
+        check_choice("allreduce", self.allreduce, ("ring", "library"))
+        check_float("bucket_mb", self.bucket_mb, 0.0, 1024.0)
+        check_bool("overlap", self.overlap)
+        check_int("accumulate", self.accumulate, 1, 64)
+        check_int("batch_size", self.batch_size, 1, 4096)
+        check_int("width", self.width, 1, 8192)
+        check_int("depth", self.depth, 1, 64)
+        check_int("steps", self.steps, 1, 100_000)
+        check_float("lr", self.lr, 0.0, 10.0, lo_open=True)
+        check_int("seed", self.seed, 0, 2**31 - 1)
+        check_bool("compare_torch", self.compare_torch)
+        check_int("threads", self.threads, 1, 64)
+        check_choice("device", self.device, DEVICES)
+        check_float("timeout_s", self.timeout_s, 0.0, 3600.0, lo_open=True)
+        check_float("run_timeout_s", self.run_timeout_s, 0.0, 86400.0, lo_open=True)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def ddp_rank(ctx: WorkerContext, comm: Comm, config: DDPConfig) -> dict[str, np.ndarray]:
+    """One rank: `steps` SGD steps of accumulate microbatches each, the gradient averaged by OverlappedDDP."""
+    torch.set_num_threads(config.threads)
+    dev = comm.device
+    clock = time.time() - time.perf_counter() - ctx.t0  # perf_counter -> seconds since the run started
+    model = make_mlp(config.width, config.depth, seed=config.seed).to(dev)
+    ddp = OverlappedDDP(model, comm, int(config.bucket_mb * 2**20), config.allreduce, config.overlap)
+    opt = torch.optim.SGD(model.parameters(), lr=config.lr)
+    ref = ref_opt = None
+    if config.compare_torch:
+        ref = torch.nn.parallel.DistributedDataParallel(
+            make_mlp(config.width, config.depth, seed=config.seed).to(dev), bucket_cap_mb=max(config.bucket_mb, 1e-6))
+        ref_opt = torch.optim.SGD(ref.parameters(), lr=config.lr)
+    k, rows = config.accumulate, config.batch_size
+    try:
+        for step in range(config.steps):
+            x, y = batch(config.seed, step, comm.rank, rows * k)
+            x, y = x.to(dev), y.to(dev)
+            comm.take_log()
+            _sync(dev)
+            t0 = time.perf_counter()
+            opt.zero_grad(set_to_none=False)
+            total = 0.0
+            for j in range(k):
+                xs, ys = x[j * rows:(j + 1) * rows], y[j * rows:(j + 1) * rows]
+                if j < k - 1:
+                    with ddp.no_sync():
+                        loss = torch.nn.functional.mse_loss(model(xs), ys) / k
+                        loss.backward()
+                else:
+                    loss = torch.nn.functional.mse_loss(model(xs), ys) / k
+                    t_bwd = time.perf_counter()
+                    loss.backward()
+                    t_bwd_end = time.perf_counter()
+                total += float(loss.detach())
+            ddp.finish()
+            opt.step()
+            _sync(dev)
+            t1 = time.perf_counter()
+            sent = sum(m["bytes"] for m in comm.take_log() if m["direction"] == "send")
+            for e in ddp.take_events():
+                ctx.emit(step=step, event="bucket", bucket=e["bucket"], start=e["launch_s"] + clock,
+                         end=e["done_s"] + clock, bucket_bytes=e["bytes"])
+            ctx.emit(step=step, event="backward", start=t_bwd + clock, end=t_bwd_end + clock)
+            ctx.emit(step=step, event="update", loss=total, step_s=t1 - t0, bytes_sent=sent,
+                     version_read=step, version_applied=step + 1, start=t0 + clock, end=t1 + clock)
+            if ref is not None and ref_opt is not None:
+                t0 = time.perf_counter()
+                ref_opt.zero_grad(set_to_none=False)
+                for j in range(k):
+                    xs, ys = x[j * rows:(j + 1) * rows], y[j * rows:(j + 1) * rows]
+                    if j < k - 1:
+                        with ref.no_sync():
+                            (torch.nn.functional.mse_loss(ref(xs), ys) / k).backward()
+                    else:
+                        (torch.nn.functional.mse_loss(ref(xs), ys) / k).backward()
+                ref_opt.step()
+                _sync(dev)
+                ctx.emit(step=step, event="torch_ddp", step_s=time.perf_counter() - t0)
+            if ctx.should_stop():
+                break
+    finally:
+        ddp.close()
+    out = {"params": flat_params(model).cpu().numpy()}
+    if ref is not None:
+        out["torch_params"] = flat_params(ref.module).cpu().numpy()
+    return out
+
+
+def run_ddp(config: DDPConfig, client: Client, on_update: OnUpdate | None = None) -> Result:
+    """Overlapped bucketed DDP on config.workers ranks; final params are rank 0's."""
+    t0 = time.perf_counter()
+    recorder = TraceRecorder(on_update)
+    spec = plan_group(client, config.workers, config.device, config.timeout_s)
+    outs, stopped = run_in_group(client, spec, ddp_rank, [(config,)] * config.workers, recorder, config.run_timeout_s)
+    trace = recorder.frame()
+    done = [o for o in outs if o is not None]
+    ups = trace[trace.event == "update"]
+    psi = n_params(make_mlp(config.width, config.depth, seed=config.seed))
+    summary = {
+        "wall_s": time.perf_counter() - t0, "backend": spec.backend, "params": psi,
+        "steps": int(ups.step.nunique()) if len(ups) else 0,
+        "median_step_ms": float(ups.step_s.median() * 1e3) if len(ups) else float("nan"),
+        "bytes_per_step": float(ups.bytes_sent.median()) if len(ups) else float("nan"),
+        "final_loss": float(ups[ups.worker == 0].loss.iloc[-1]) if len(ups) else float("nan"),
+        "max_rank_divergence": float(max(np.abs(o["params"] - done[0]["params"]).max() for o in done)) if done else 0.0,
+    }
+    if config.compare_torch and done:
+        ref = trace[trace.event == "torch_ddp"]
+        summary["torch_median_step_ms"] = float(ref.step_s.median() * 1e3) if len(ref) else float("nan")
+        summary["max_diff_vs_torch_ddp"] = float(max(np.abs(o["params"] - o["torch_params"]).max() for o in done))
+    return Result(config, trace, summary, done[0]["params"] if done else None, stopped)

@@ -1,0 +1,86 @@
+"""Reduce-scatter and all-gather, the two halves of chapter 05's ring, as collectives of their own.
+
+A flat vector whose length is a multiple of N is cut into N equal shards; rank r owns shard r. Reduce-scatter
+leaves rank r with the sum of everybody's shard r; all-gather hands every rank every shard. The hand-written
+ring versions count every message through Comm.exchange; "library" calls torch.distributed's own, and the
+bytes it sends are counted by the same closed form, (N-1)/N of the vector per rank.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from ..collectives.comm import Comm
+
+HOW = ("ring", "library")
+
+
+def padded_numel(numel: int, world: int) -> int:
+    """numel rounded up to a multiple of world, so that every rank owns an equal shard."""
+    return -(-numel // world) * world
+
+
+def ring_reduce_scatter(comm: Comm, flat: torch.Tensor, phase: str = "reduce-scatter") -> torch.Tensor:
+    """Sum flat over ranks and return only this rank's shard: N-1 ring steps, one shard each (flat is untouched)."""
+    n, r = comm.world, comm.rank
+    size = flat.numel() // n
+    work = flat.detach().clone()
+    chunk = [work[i * size:(i + 1) * size] for i in range(n)]
+    buf = torch.empty(size, dtype=flat.dtype, device=flat.device)
+    for s in range(n - 1):
+        send, recv = (r - s - 1) % n, (r - s - 2) % n  # after the last step rank r has finished shard r
+        comm.exchange(chunk[send], (r + 1) % n, buf, (r - 1) % n, step=s, phase=phase, chunk=send)
+        chunk[recv] += buf
+    return chunk[r].clone()
+
+
+def ring_all_gather(comm: Comm, shard: torch.Tensor, phase: str = "all-gather") -> torch.Tensor:
+    """Concatenate every rank's shard on every rank: N-1 ring steps, each forwarding one shard to the right."""
+    n, r = comm.world, comm.rank
+    size = shard.numel()
+    out = torch.empty(n * size, dtype=shard.dtype, device=shard.device)
+    chunk = [out[i * size:(i + 1) * size] for i in range(n)]
+    chunk[r].copy_(shard)
+    for s in range(n - 1):
+        send, recv = (r - s) % n, (r - s - 1) % n
+        comm.exchange(chunk[send], (r + 1) % n, chunk[recv], (r - 1) % n, step=s, phase=phase, chunk=send)
+    return out
+
+
+def _note_library(comm: Comm, x: torch.Tensor, phase: str) -> None:
+    """Log what a library collective sends from this rank, (N-1) shards of x's size, as one entry."""
+    comm.log.append({"rank": comm.rank, "direction": "send", "src": comm.rank, "dst": -1, "step": 0,
+                     "phase": phase, "chunk": -1, "elements": int(x.numel()) * (comm.world - 1),
+                     "bytes": int(x.numel() * x.element_size()) * (comm.world - 1)})
+
+
+def reduce_scatter(comm: Comm, flat: torch.Tensor, how: str = "ring") -> torch.Tensor:
+    """This rank's shard of the sum over ranks of flat (length a multiple of N), by ring or library."""
+    if flat.numel() % comm.world:
+        raise ValueError(f"reduce_scatter: length {flat.numel()} is not a multiple of world {comm.world}")
+    if comm.world == 1:
+        return flat.detach().clone()
+    if how == "ring":
+        return ring_reduce_scatter(comm, flat)
+    out = torch.empty(flat.numel() // comm.world, dtype=flat.dtype, device=flat.device)
+    _note_library(comm, out, "reduce-scatter")
+    comm.wait_all([dist.reduce_scatter_tensor(out, flat.detach().contiguous(), async_op=True)], "reduce-scatter")
+    return out
+
+
+def all_gather(comm: Comm, shard: torch.Tensor, how: str = "ring") -> torch.Tensor:
+    """Every rank's shard, concatenated in rank order, on every rank, by ring or library."""
+    if comm.world == 1:
+        return shard.detach().clone()
+    if how == "ring":
+        return ring_all_gather(comm, shard.detach())
+    out = torch.empty(shard.numel() * comm.world, dtype=shard.dtype, device=shard.device)
+    _note_library(comm, shard, "all-gather")
+    comm.wait_all([dist.all_gather_into_tensor(out, shard.detach().contiguous(), async_op=True)], "all-gather")
+    return out
+
+
+def sent_elements(comm: Comm) -> int:
+    """Elements this rank has sent since the log was last taken."""
+    return sum(m["elements"] for m in comm.log if m["direction"] == "send")
