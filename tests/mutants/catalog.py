@@ -1,0 +1,703 @@
+"""For every assignment: wrong solutions (one realistic mistake each) and correct solutions written differently.
+
+Each variant's code redefines only the functions it changes; the rest of the notebook keeps the reference solution.
+"""
+
+from __future__ import annotations
+
+from .harness import Variant
+
+
+def W(name: str, question: str, code: str) -> Variant:  # noqa: N802 - a table reads better with short names
+    return Variant(name, question, False, code.strip() + "\n")
+
+
+def R(name: str, question: str, code: str) -> Variant:  # noqa: N802
+    return Variant(name, question, True, code.strip() + "\n")
+
+
+_SAMPLER = """
+def minibatch_indices(n, batch_size, step, seed):
+    if batch_size {cmp} n:
+        return np.arange(n)
+    pos, remaining, parts = step * batch_size, batch_size, []
+    while remaining:
+        epoch, offset = divmod(pos, n)
+        take = min(remaining, n - offset)
+        parts.append(np.random.default_rng([seed, epoch]).permutation(n)[offset:offset + take])
+        pos, remaining = pos + take, remaining - take
+    return np.concatenate(parts)
+"""
+
+PS01 = [
+    W("full batch only when batch_size > n (off by one)", "q1", _SAMPLER.format(cmp=">")),
+    W("epoch index is the step", "q1", """
+def minibatch_indices(n, batch_size, step, seed):
+    if batch_size >= n:
+        return np.arange(n)
+    return np.random.default_rng([seed, step]).permutation(n)[:batch_size]
+"""),
+    W("a batch never straddles two epochs (short last batch)", "q1", """
+def minibatch_indices(n, batch_size, step, seed):
+    if batch_size >= n:
+        return np.arange(n)
+    epoch, offset = divmod(step * batch_size, n)
+    return np.random.default_rng([seed, epoch]).permutation(n)[offset:offset + batch_size]
+"""),
+    W("seed and epoch swapped in the generator", "q1", """
+def minibatch_indices(n, batch_size, step, seed):
+    if batch_size >= n:
+        return np.arange(n)
+    order = np.concatenate([np.random.default_rng([e, seed]).permutation(n) for e in range(step * batch_size // n + 2)])
+    return order[step * batch_size:(step + 1) * batch_size]
+"""),
+    W("sgd_step updates w in place", "q2", """
+def sgd_step(w, X, y, lr):
+    w -= lr * logistic_grad(w, X, y)
+    return w
+"""),
+    W("gradient summed, not averaged", "q2", """
+def logistic_grad(w, X, y):
+    p = 1.0 / (1.0 + np.exp(-(X @ w)))
+    return X.T @ (p - y)
+"""),
+    W("gradient returned as a column vector", "q2", """
+def logistic_grad(w, X, y):
+    p = 1.0 / (1.0 + np.exp(-(X @ w)))
+    return (X.T @ (p - y) / len(y)).reshape(-1, 1)
+"""),
+    W("steps counted from 1", "q3", """
+def train(X, y, lr, batch_size, steps, seed):
+    w = np.zeros(X.shape[1])
+    for step in range(1, steps + 1):
+        idx = minibatch_indices(len(y), batch_size, step, seed)
+        w = sgd_step(w, X[idx], y[idx], lr)
+    return w
+"""),
+    W("a fresh random batch per step instead of the sampler", "q3", """
+def train(X, y, lr, batch_size, steps, seed):
+    w = np.zeros(X.shape[1])
+    rng = np.random.default_rng(seed)
+    for step in range(steps):
+        idx = np.arange(len(y)) if batch_size >= len(y) else rng.choice(len(y), batch_size, replace=False)
+        w = sgd_step(w, X[idx], y[idx], lr)
+    return w
+"""),
+    R("sampler: one concatenated order, sliced", "q1", """
+def minibatch_indices(n, batch_size, step, seed):
+    if batch_size >= n:
+        return np.arange(n)
+    start = step * batch_size
+    last = (start + batch_size - 1) // n
+    order = np.concatenate([np.random.default_rng([seed, e]).permutation(n) for e in range(start // n, last + 1)])
+    return order[start - (start // n) * n:][:batch_size]
+"""),
+    R("sampler: position by position", "q1", """
+def minibatch_indices(n, batch_size, step, seed):
+    if batch_size >= n:
+        return np.arange(n)
+    perms, out = {}, []
+    for pos in range(step * batch_size, (step + 1) * batch_size):
+        e = pos // n
+        if e not in perms:
+            perms[e] = np.random.default_rng([seed, e]).permutation(n)
+        out.append(perms[e][pos % n])
+    return np.array(out)
+"""),
+    R("gradient and step written out with explicit names", "q2", """
+def logistic_grad(w, X, y):
+    z = X @ w
+    p = np.exp(-np.logaddexp(0.0, -z))
+    return (X.T @ (p - y)) / X.shape[0]
+
+
+def sgd_step(w, X, y, lr):
+    new = w.copy()
+    new -= lr * logistic_grad(w, X, y)
+    return new
+"""),
+]
+
+PS02 = [
+    W("p recomputed after each coordinate is written", "q1", """
+def sparse_logistic_update(w, cols, vals, label, lr):
+    for c, v in zip(cols, vals):
+        p = 1.0 / (1.0 + np.exp(-np.dot(w[list(cols)], vals)))
+        w[c] -= lr * (p - label) * v
+    return len(cols)
+"""),
+    W("gradient not multiplied by the values", "q1", """
+def sparse_logistic_update(w, cols, vals, label, lr):
+    cols = np.asarray(cols)
+    p = 1.0 / (1.0 + np.exp(-np.dot(w[cols], vals)))
+    w[cols] -= lr * (p - label)
+    return len(cols)
+"""),
+    W("returns the nonzeros of w, not the coordinates written", "q1", """
+def sparse_logistic_update(w, cols, vals, label, lr):
+    cols, vals = np.asarray(cols), np.asarray(vals, dtype=float)
+    p = 1.0 / (1.0 + np.exp(-np.dot(w[cols], vals)))
+    w[cols] -= lr * (p - label) * vals
+    return int(np.count_nonzero(w))
+"""),
+    W("replay writes into the caller's w0", "q2", """
+def replay(w0, events):
+    w, registers = np.asarray(w0, dtype=float), {}
+    for ev in events:
+        if ev[0] == "read":
+            registers[(ev[1], ev[2])] = w[ev[2]]
+        else:
+            w[ev[2]] = registers[(ev[1], ev[2])] + ev[3]
+    return w
+"""),
+    W("replay adds atomically (ignores the register)", "q2", """
+def replay(w0, events):
+    w = np.array(w0, dtype=float)
+    for ev in events:
+        if ev[0] == "write":
+            w[ev[2]] += ev[3]
+    return w
+"""),
+    W("lost_updates counts overwrite events, not updates that never landed", "q2", """
+def lost_updates(events):
+    writes_since_read, lost = {}, 0
+    for ev in events:
+        kind, worker, c = ev[0], ev[1], ev[2]
+        if kind == "read":
+            writes_since_read[(worker, c)] = 0
+        else:
+            lost += writes_since_read.get((worker, c), 0)
+            for (other, col) in writes_since_read:
+                if col == c and other != worker:
+                    writes_since_read[(other, col)] += 1
+    return lost
+"""),
+    W("lost_updates counts the writes that overwrote something", "q2", """
+def lost_updates(events):
+    last_read, lost = {}, 0
+    for i, ev in enumerate(events):
+        if ev[0] == "read":
+            last_read[ev[1]] = i
+        elif any(e[0] == "write" and e[2] == ev[2] and e[1] != ev[1] for e in events[last_read[ev[1]] + 1:i]):
+            lost += 1
+    return lost
+"""),
+    R("sparse update coordinate by coordinate, p computed once", "q1", """
+def sparse_logistic_update(w, cols, vals, label, lr):
+    z = sum(w[c] * v for c, v in zip(cols, vals))
+    err = 1.0 / (1.0 + np.exp(-z)) - label
+    for c, v in zip(cols, vals):
+        w[c] = w[c] - lr * err * v
+    return len(list(cols))
+"""),
+    R("lost updates as intended minus landed (replay with unit deltas)", "q2", """
+def lost_updates(events):
+    coords = 1 + max([ev[2] for ev in events], default=0)
+    unit = [ev if ev[0] == "read" else ("write", ev[1], ev[2], 1.0) for ev in events]
+    intended = sum(1 for ev in events if ev[0] == "write")
+    return int(round(intended - replay(np.zeros(coords), unit).sum()))
+"""),
+    R("replay on a Python list, registers per worker", "q2", """
+def replay(w0, events):
+    w, reg = [float(v) for v in w0], {}
+    for ev in events:
+        if ev[0] == "read":
+            reg[ev[1]] = w[ev[2]]
+        else:
+            w[ev[2]] = reg[ev[1]] + ev[3]
+    return np.array(w)
+"""),
+]
+
+_DOWNPOUR = """
+def downpour_worker(server_w, grad_fn, lr, steps, n_fetch, n_push):
+    server = np.array(server_w, dtype=float)
+    local, acc, pending, pushes = server.copy(), np.zeros_like(server), False, []
+    for step in range(steps):
+        if step % n_fetch == 0:
+            local = {fetch}
+        g = grad_fn(local)
+        local -= lr * g
+        acc += g
+        pending = True
+        if (step + 1) % n_push == 0:
+            server -= lr * acc
+            acc[:] = 0
+            pending = False
+            pushes.append(step)
+    if {flush}:
+        server -= lr * acc
+        pushes.append(steps - 1)
+    return server, pushes
+"""
+
+PS03 = [
+    W("no final flush of the accumulator", "q1", _DOWNPOUR.format(fetch="server.copy()", flush="False")),
+    W("fetch aliases the server (no copy)", "q1", _DOWNPOUR.format(fetch="server", flush="pending")),
+    W("flush at the end even with nothing accumulated", "q1", _DOWNPOUR.format(fetch="server.copy()", flush="True")),
+    W("pushes the mean of the accumulated gradients", "q1", """
+def downpour_worker(server_w, grad_fn, lr, steps, n_fetch, n_push):
+    server = np.array(server_w, dtype=float)
+    local, acc, count, pushes = server.copy(), np.zeros_like(server), 0, []
+    for step in range(steps):
+        if step % n_fetch == 0:
+            local = server.copy()
+        g = grad_fn(local)
+        local -= lr * g
+        acc += g
+        count += 1
+        if (step + 1) % n_push == 0:
+            server -= lr * acc / count
+            acc[:] = 0
+            count = 0
+            pushes.append(step)
+    if count:
+        server -= lr * acc / count
+        pushes.append(steps - 1)
+    return server, pushes
+"""),
+    W("version incremented before the staleness is taken", "q2", """
+def push_staleness(events):
+    version, fetched, out = 0, {}, []
+    for kind, worker in events:
+        if kind == "fetch":
+            fetched[worker] = version
+        else:
+            version += 1
+            out.append(version - fetched.get(worker, 0))
+    return out
+"""),
+    W("staleness from the worker's first fetch", "q2", """
+def push_staleness(events):
+    version, fetched, out = 0, {}, []
+    for kind, worker in events:
+        if kind == "fetch":
+            fetched.setdefault(worker, version)
+        else:
+            out.append(version - fetched.get(worker, 0))
+            version += 1
+    return out
+"""),
+    W("a worker that never fetched counts as fresh", "q2", """
+def push_staleness(events):
+    version, fetched, out = 0, {}, []
+    for kind, worker in events:
+        if kind == "fetch":
+            fetched[worker] = version
+        else:
+            out.append(version - fetched.get(worker, version))
+            version += 1
+    return out
+"""),
+    R("push on a counter of steps since the last push", "q1", """
+def downpour_worker(server_w, grad_fn, lr, steps, n_fetch, n_push):
+    server = np.array(server_w, dtype=float, copy=True)
+    local = server.copy()
+    acc = np.zeros_like(server)
+    since, pushes = 0, []
+    for step in range(steps):
+        if step % n_fetch == 0:
+            local = np.copy(server)
+        g = grad_fn(local)
+        local = local - lr * g
+        acc = acc + g
+        since += 1
+        if since == n_push:
+            server = server - lr * acc
+            acc, since = np.zeros_like(server), 0
+            pushes.append(step)
+    if since:
+        server = server - lr * acc
+        pushes.append(steps - 1)
+    return server, pushes
+"""),
+    R("staleness from a count of pushes", "q2", """
+def push_staleness(events):
+    pushes = [i for i, (kind, _) in enumerate(events) if kind == "push"]
+    out = []
+    for n, i in enumerate(pushes):
+        worker = events[i][1]
+        last = max([j for j in range(i) if events[j] == ("fetch", worker)], default=None)
+        read = 0 if last is None else sum(1 for j in pushes if j < last)
+        out.append(n - read)
+    return out
+"""),
+]
+
+PS04 = [
+    W("ties broken by arrival order, not worker id", "q1", """
+def backup_aggregate(arrivals, n_needed):
+    if len(arrivals) < n_needed:
+        raise ValueError("too few")
+    order = sorted(arrivals, key=lambda a: a[1])
+    used, dropped = order[:n_needed], order[n_needed:]
+    return np.mean([a[2] for a in used], axis=0), sorted(a[0] for a in used), sorted(a[0] for a in dropped)
+"""),
+    W("raises when exactly n_needed arrived (off by one)", "q1", """
+def backup_aggregate(arrivals, n_needed):
+    if len(arrivals) <= n_needed:
+        raise ValueError("too few")
+    order = sorted(arrivals, key=lambda a: (a[1], a[0]))
+    used, dropped = order[:n_needed], order[n_needed:]
+    return np.mean([a[2] for a in used], axis=0), sorted(a[0] for a in used), sorted(a[0] for a in dropped)
+"""),
+    W("sums the used gradients", "q1", """
+def backup_aggregate(arrivals, n_needed):
+    if len(arrivals) < n_needed:
+        raise ValueError("too few")
+    order = sorted(arrivals, key=lambda a: (a[1], a[0]))
+    used, dropped = order[:n_needed], order[n_needed:]
+    return np.sum([a[2] for a in used], axis=0), sorted(a[0] for a in used), sorted(a[0] for a in dropped)
+"""),
+    W("rate divided by 1 + staleness", "q2", """
+def staleness_lr(base_lr, staleness):
+    return base_lr / (1 + staleness)
+"""),
+    W("async_apply updates the caller's w0 in place", "q2", """
+def async_apply(w0, updates, base_lr):
+    w, taus = np.asarray(w0, dtype=float), []
+    for version, (grad, version_read) in enumerate(updates):
+        tau = version - version_read
+        w -= staleness_lr(base_lr, tau) * np.asarray(grad, dtype=float)
+        taus.append(tau)
+    return w, taus
+"""),
+    W("versions counted from 1", "q2", """
+def async_apply(w0, updates, base_lr):
+    w, taus = np.array(w0, dtype=float), []
+    for version, (grad, version_read) in enumerate(updates, start=1):
+        tau = version - version_read
+        w -= staleness_lr(base_lr, tau) * np.asarray(grad, dtype=float)
+        taus.append(tau)
+    return w, taus
+"""),
+    R("select with heapq.nsmallest", "q1", """
+import heapq
+
+def backup_aggregate(arrivals, n_needed):
+    if n_needed > len(arrivals):
+        raise ValueError("not enough gradients")
+    used = heapq.nsmallest(n_needed, arrivals, key=lambda a: (a[1], a[0]))
+    used_ids = {a[0] for a in used}
+    mean = sum(np.asarray(a[2], dtype=float) for a in used) / n_needed
+    return mean, sorted(used_ids), sorted(a[0] for a in arrivals if a[0] not in used_ids)
+"""),
+    R("explicit version counter, rate rule by cases", "q2", """
+def staleness_lr(base_lr, staleness):
+    return base_lr if staleness <= 1 else base_lr / staleness
+
+
+def async_apply(w0, updates, base_lr):
+    w = np.copy(np.asarray(w0, dtype=float))
+    version, taus = 0, []
+    for grad, version_read in updates:
+        taus.append(version - version_read)
+        w = w - staleness_lr(base_lr, taus[-1]) * np.asarray(grad, dtype=float)
+        version += 1
+    return w, taus
+"""),
+]
+
+_RING = """
+def ring_allreduce(arrays, log=None):
+    p = len(arrays)
+    chunks = [[c.astype(float).copy() for c in np.array_split(np.asarray(a), p)] for a in arrays]
+    for s, step in enumerate(ring_schedule(p)):
+        sent = [(dst, chunk, chunks[src][chunk].copy()) for src, dst, chunk in step]
+        if log is not None:
+            log.extend((s, src, dst, chunk) for src, dst, chunk in step)
+        for dst, chunk, data in sent:
+            if s < p - 1{gather}:
+                chunks[dst][chunk] += data
+            else:
+                chunks[dst][chunk] = data
+    return [np.concatenate(c) for c in chunks]
+"""
+
+PS05 = [
+    W("all-gather restarts at chunk (r - s), not (r + 1 - s)", "q1", """
+def ring_schedule(p):
+    rs = [[(r, (r + 1) % p, (r - s) % p) for r in range(p)] for s in range(p - 1)]
+    return rs + [[(r, (r + 1) % p, (r - s) % p) for r in range(p)] for s in range(p - 1)]
+"""),
+    W("reduce-scatter sends chunk (r + s)", "q1", """
+def ring_schedule(p):
+    rs = [[(r, (r + 1) % p, (r + s) % p) for r in range(p)] for s in range(p - 1)]
+    ag = [[(r, (r + 1) % p, (r + 1 - s) % p) for r in range(p)] for s in range(p - 1)]
+    return rs + ag
+"""),
+    W("shortcut: every rank returns the plain sum, no messages", "q2", """
+def ring_allreduce(arrays, log=None):
+    total = np.sum([np.asarray(a, dtype=float) for a in arrays], axis=0)
+    return [total.copy() for _ in arrays]
+"""),
+    W("all-gather adds instead of replacing", "q2", _RING.format(gather=" or True")),
+    W("chunks are views of the inputs (inputs modified)", "q2", """
+def ring_allreduce(arrays, log=None):
+    p = len(arrays)
+    chunks = [np.array_split(a, p) for a in arrays]
+    for s, step in enumerate(ring_schedule(p)):
+        sent = [(dst, chunk, chunks[src][chunk].copy()) for src, dst, chunk in step]
+        if log is not None:
+            log.extend((s, src, dst, chunk) for src, dst, chunk in step)
+        for dst, chunk, data in sent:
+            if s < p - 1:
+                chunks[dst][chunk] += data
+            else:
+                chunks[dst][chunk] = data
+    return [np.concatenate(c) for c in chunks]
+"""),
+    W("byte count rounded down to whole bytes", "q2", """
+def ring_bytes_per_rank(n_bytes, p):
+    return 2 * (p - 1) * n_bytes // p
+"""),
+    W("byte count of the reduce-scatter only", "q2", """
+def ring_bytes_per_rank(n_bytes, p):
+    return (p - 1) / p * n_bytes
+"""),
+    R("schedule built step by step with appends", "q1", """
+def ring_schedule(p):
+    steps = []
+    for phase, shift in (("reduce-scatter", 0), ("all-gather", 1)):
+        for s in range(p - 1):
+            step = []
+            for r in range(p):
+                step.append((r, (r + 1) % p, (r + shift - s) % p))
+            steps.append(step)
+    return steps
+"""),
+    R("ring on flat buffers with chunk offsets", "q2", """
+def ring_allreduce(arrays, log=None):
+    p = len(arrays)
+    bufs = [np.array(a, dtype=float) for a in arrays]
+    n = len(bufs[0]) if p else 0
+    sizes = [len(c) for c in np.array_split(np.arange(n), p)] if p else []
+    starts = np.concatenate([[0], np.cumsum(sizes)]).astype(int) if p else []
+    for s, step in enumerate(ring_schedule(p)):
+        msgs = []
+        for src, dst, c in step:
+            msgs.append((dst, c, bufs[src][starts[c]:starts[c + 1]].copy()))
+            if log is not None:
+                log.append((s, src, dst, c))
+        for dst, c, data in msgs:
+            if s < p - 1:
+                bufs[dst][starts[c]:starts[c + 1]] = bufs[dst][starts[c]:starts[c + 1]] + data
+            else:
+                bufs[dst][starts[c]:starts[c + 1]] = data
+    return bufs
+
+
+def ring_bytes_per_rank(n_bytes, p):
+    return n_bytes * 2 * (p - 1) / p
+"""),
+]
+
+PS06 = [
+    W("T(1) is the first measurement", "q1", """
+def speedup_efficiency(threads, seconds):
+    threads, seconds = np.asarray(threads, dtype=float), np.asarray(seconds, dtype=float)
+    speedup = seconds[0] / seconds
+    return speedup, speedup / threads
+"""),
+    W("T(1) is the slowest measurement", "q1", """
+def speedup_efficiency(threads, seconds):
+    threads, seconds = np.asarray(threads, dtype=float), np.asarray(seconds, dtype=float)
+    speedup = seconds.max() / seconds
+    return speedup, speedup / threads
+"""),
+    W("Amdahl fit with an intercept", "q2", """
+def amdahl_fraction(threads, speedups):
+    p, s = np.asarray(threads, dtype=float), np.asarray(speedups, dtype=float)
+    keep = p > 1
+    return float(np.polyfit(1 - 1 / p[keep], 1 / s[keep] - 1 / p[keep], 1)[0])
+"""),
+    W("fraction returned as lstsq's one-element array", "q2", """
+def amdahl_fraction(threads, speedups):
+    p, s = np.asarray(threads, dtype=float), np.asarray(speedups, dtype=float)
+    keep = p > 1
+    x, y = 1 - 1 / p[keep], 1 / s[keep] - 1 / p[keep]
+    return np.linalg.lstsq(x[:, None], y, rcond=None)[0]
+"""),
+    W("serial and parallel parts swapped", "q2", """
+def amdahl_speedup(f, p):
+    return 1.0 / ((1.0 - f) + f / p)
+"""),
+    W("returns the first p that misses", "q3", """
+def threads_worth_using(f, min_efficiency, max_threads):
+    for p in range(1, max_threads + 1):
+        if amdahl_speedup(f, p) / p < min_efficiency:
+            return p
+    return max_threads
+"""),
+    W("never tries max_threads itself", "q3", """
+def threads_worth_using(f, min_efficiency, max_threads):
+    best = 1
+    for p in range(1, max_threads):
+        if amdahl_speedup(f, p) / p < min_efficiency:
+            break
+        best = p
+    return best
+"""),
+    R("T(1) looked up in a dict", "q1", """
+def speedup_efficiency(threads, seconds):
+    t1 = dict(zip([int(t) for t in threads], [float(s) for s in seconds]))[1]
+    speedup = np.array([t1 / float(s) for s in seconds])
+    return speedup, speedup / np.asarray(threads, dtype=float)
+"""),
+    R("largest acceptable p over the whole range", "q3", """
+def threads_worth_using(f, min_efficiency, max_threads):
+    ok = [p for p in range(1, max_threads + 1) if amdahl_speedup(f, p) / p >= min_efficiency]
+    return max(ok, default=1)
+"""),
+]
+
+PS07 = [
+    W("warm-up of p - s forwards", "q1", """
+def one_f_one_b(p, m, s):
+    w = min(p - s, m)
+    out = [("F", k) for k in range(w)]
+    for i in range(m - w):
+        out += [("F", w + i), ("B", i)]
+    return out + [("B", k) for k in range(m - w, m)]
+"""),
+    W("peak taken as the forwards before the first backward", "q1", """
+def peak_activations(actions):
+    kinds = [kind for kind, _ in actions]
+    return kinds.index("B") if "B" in kinds else len(kinds)
+"""),
+    W("peak counts every forward", "q1", """
+def peak_activations(actions):
+    return sum(1 for kind, _ in actions if kind == "F")
+"""),
+    W("bubble as (p - 1) / m", "q2", """
+def bubble(p, m):
+    return (p - 1) / m
+"""),
+    W("split by floor index slices (remainder on the last ranks)", "q3", """
+def partial_outputs(X, A, B, n):
+    h = A.shape[1]
+    bounds = [r * h // n for r in range(n + 1)]
+    return [np.maximum(X @ A[:, lo:hi], 0) @ B[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:])]
+"""),
+    W("relu applied after the partial product", "q3", """
+def partial_outputs(X, A, B, n):
+    return [np.maximum(X @ a @ b, 0) for a, b in zip(np.array_split(A, n, axis=1), np.array_split(B, n, axis=0))]
+"""),
+    W("bytes counted as float64", "q3", """
+def allreduce_bytes(rows, d_out, n):
+    return 2 * (n - 1) / n * 8 * rows * d_out
+"""),
+    R("1F1B with next-forward and next-backward counters", "q1", """
+def one_f_one_b(p, m, s):
+    warm = min(p - 1 - s, m)
+    f = b = 0
+    out = []
+    while f < warm:
+        out.append(("F", f)); f += 1
+    while f < m:
+        out.append(("F", f)); f += 1
+        out.append(("B", b)); b += 1
+    while b < m:
+        out.append(("B", b)); b += 1
+    return out
+
+
+def peak_activations(actions):
+    return int(max(np.cumsum([1 if k == "F" else -1 for k, _ in actions]), default=0)) if actions else 0
+"""),
+    R("Megatron split with explicit bounds", "q3", """
+def partial_outputs(X, A, B, n):
+    h = A.shape[1]
+    size, extra = divmod(h, n)
+    out, lo = [], 0
+    for r in range(n):
+        hi = lo + size + (1 if r < extra else 0)
+        out.append(np.maximum(X @ A[:, lo:hi], 0.0) @ B[lo:hi, :])
+        lo = hi
+    return out
+"""),
+]
+
+PS08 = [
+    W("plain mean, counts ignored", "q1", """
+def weighted_average(models, counts):
+    return np.mean([np.asarray(m, dtype=float) for m in models], axis=0)
+"""),
+    W("scales the caller's models in place", "q1", """
+def weighted_average(models, counts):
+    total = float(sum(counts))
+    for m, c in zip(models, counts):
+        m *= c / total
+    return np.sum(models, axis=0)
+"""),
+    W("replicas averaged equally", "q2", """
+def local_sgd_round(w, shards, lr, H):
+    replicas = []
+    for X, y in shards:
+        v = np.array(w, dtype=float)
+        for _ in range(H):
+            v = v - lr * X.T @ (X @ v - y) / len(y)
+        replicas.append(v)
+    return weighted_average(replicas, [1] * len(replicas))
+"""),
+    W("gradient summed over rows, not averaged", "q2", """
+def local_sgd_round(w, shards, lr, H):
+    replicas, rows = [], []
+    for X, y in shards:
+        v = np.array(w, dtype=float)
+        for _ in range(H):
+            v = v - lr * X.T @ (X @ v - y)
+        replicas.append(v)
+        rows.append(len(y))
+    return weighted_average(replicas, rows)
+"""),
+    W("every worker starts from the previous worker's replica", "q2", """
+def local_sgd_round(w, shards, lr, H):
+    replicas, rows = [], []
+    v = np.array(w, dtype=float)
+    for X, y in shards:
+        for _ in range(H):
+            v = v - lr * X.T @ (X @ v - y) / len(y)
+        replicas.append(v)
+        rows.append(len(y))
+    return weighted_average(replicas, rows)
+"""),
+    W("m rounded half up instead of Python's round", "q3", """
+def fedavg_bytes(n_params, clients, fraction, rounds):
+    m = max(1, int(fraction * clients + 0.5))
+    return rounds * m * 2 * 4 * n_params
+"""),
+    W("m truncated", "q3", """
+def fedavg_bytes(n_params, clients, fraction, rounds):
+    m = max(1, int(fraction * clients))
+    return rounds * m * 2 * 4 * n_params
+"""),
+    R("average with an explicit running sum", "q1", """
+def weighted_average(models, counts):
+    total = float(sum(counts))
+    acc = np.zeros(len(models[0]))
+    for m, c in zip(models, counts):
+        acc = acc + (c / total) * np.asarray(m, dtype=float)
+    return acc
+"""),
+    R("round with np.average over stacked replicas", "q2", """
+def local_sgd_round(w, shards, lr, H):
+    replicas = []
+    for X, y in shards:
+        v = np.copy(np.asarray(w, dtype=float))
+        for _ in range(H):
+            v -= lr * (X.T @ (X @ v - y)) / X.shape[0]
+        replicas.append(v)
+    return np.average(np.stack(replicas), axis=0, weights=[len(y) for _, y in shards])
+"""),
+    R("bytes with the factors in another order", "q3", """
+def fedavg_bytes(n_params, clients, fraction, rounds):
+    per_round = max(1, round(clients * fraction))
+    return 8 * n_params * per_round * rounds
+"""),
+]
+
+CATALOG: dict[str, list[Variant]] = {
+    "ps01_sgd": PS01, "ps02_hogwild": PS02, "ps03_ps": PS03, "ps04_syncasync": PS04,
+    "ps05_collectives": PS05, "ps06_threads": PS06, "ps07_model_parallel": PS07, "ps08_averaging": PS08,
+}

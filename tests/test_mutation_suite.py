@@ -1,0 +1,89 @@
+"""The graded assignments tell right from wrong at every hidden-input seed.
+
+For every assignment, realistic wrong solutions (one mistake each) must lose points and correct solutions written
+differently from the reference must score full marks, at each of SEEDS hidden-input seeds, graded in-process by the
+real verdict pipeline (notebook.rewrite_test + verdict.grade). The per-assignment mutation table is printed at the
+end of the session.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from mutants import harness
+from mutants.catalog import CATALOG
+
+SEEDS = range(50)
+_TABLE: dict[str, tuple[int, int, int, int, float]] = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _mutation_table(request):
+    yield
+    if not _TABLE:
+        return
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    lines = [f"mutation suite over {len(SEEDS)} hidden-input seeds (in-process verdicts)",
+             f"{'assignment':<22}{'wrong caught':>14}{'alternatives passed':>22}{'seconds':>9}"]
+    for name, (caught, wrong, passed, right, secs) in sorted(_TABLE.items()):
+        lines.append(f"{name:<22}{f'{caught}/{wrong}':>14}{f'{passed}/{right}':>22}{secs:>9.1f}")
+    if reporter is None or capture is None:  # pragma: no cover - without pytest's terminal or capture plugins
+        print("\n".join(lines))
+        return
+    with capture.global_and_fixture_disabled():  # shown with or without -s
+        reporter.write_line("")
+        reporter.write_sep("-", "mutation table")
+        for line in lines:
+            reporter.write_line(line)
+
+
+def test_catalog_covers_every_question():
+    """At least 6 wrong solutions (one per question at least) and 2 correct alternatives per assignment."""
+    sources = {name for name in harness.default_source_dir().iterdir() if (name / f"{name.name}.ipynb").is_file()}
+    assert {p.name for p in sources} == set(CATALOG), "every assignment needs a mutant catalog"
+    for name, variants in CATALOG.items():
+        a = harness.assignment(name)
+        questions = {q.grade_id.removeprefix(f"{name}_").removesuffix("_tests") for q in a.questions}
+        wrong = [v for v in variants if not v.correct]
+        assert len(wrong) >= 6 and sum(v.correct for v in variants) >= 2, name
+        assert {v.question for v in wrong} == questions, f"{name}: a question without a wrong solution"
+        assert {v.question for v in variants} <= questions
+        assert len({v.name for v in variants}) == len(variants)
+
+
+def _escapes(a, variants, seeds) -> dict[str, list[int]]:
+    """Seeds at which each variant is misjudged: a wrong one at full marks, a correct one below them."""
+    bad: dict[str, list[int]] = {v.name: [] for v in variants}
+    for seed in seeds:
+        ref = harness.reference(a, seed)
+        for v in variants:
+            got, best = harness.score(harness.grade_variant(a, ref, v, seed))
+            if (got == best) != v.correct:
+                bad[v.name].append(seed)
+    return bad
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("name", sorted(CATALOG))
+def test_wrong_solutions_lose_points_and_alternatives_pass(name):
+    a, variants = harness.assignment(name), CATALOG[name]
+    t0 = time.perf_counter()
+    bad = _escapes(a, variants, SEEDS)
+    wrong = [v for v in variants if not v.correct]
+    right = [v for v in variants if v.correct]
+    _TABLE[name] = (sum(not bad[v.name] for v in wrong), len(wrong), sum(not bad[v.name] for v in right), len(right),
+                    time.perf_counter() - t0)
+    problems = [f"{'correct' if v.correct else 'wrong'} solution '{v.name}' ({v.question}) misjudged at "
+                f"{len(bad[v.name])}/{len(SEEDS)} seeds, e.g. {bad[v.name][:5]}" for v in variants if bad[v.name]]
+    assert not problems, "\n".join(problems)
+
+
+def test_removing_one_hidden_check_lets_a_wrong_solution_through():
+    """The suite has power: drop ps02's hidden check of the count an update returns and a mutant escapes."""
+    a = harness.assignment("ps02_hogwild")
+    weakened = harness.without_lines(a, "ps02_hogwild_q1_tests", 'check(f"coordinates written, random update')
+    variant = next(v for v in CATALOG["ps02_hogwild"] if v.name.startswith("returns the nonzeros"))
+    assert _escapes(a, [variant], range(3)) == {variant.name: []}
+    assert _escapes(weakened, [variant], range(3)) == {variant.name: [0, 1, 2]}
