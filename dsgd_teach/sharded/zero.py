@@ -149,10 +149,11 @@ class ZeroAdam:
 
         Returns False when fp16 loss scaling found an overflow on any rank and the step was skipped.
         """
+        held = self.sample()  # the model states at the step; stage <= 1's reduced shard is a temporary buffer
         for u in self.units:
             if self.stage <= 1:
                 u.grad_shard = reduce_scatter(self.comm, u.flat([p.grad for p in u.params]), self.how)
-        held = self.sample()
+                self.sample()
         scale = self.scaler.scale if self.scaler is not None else 1.0
         grads = []
         for u in self.units:

@@ -22,7 +22,7 @@ from ..config import Config, check_choice, check_float, check_int
 from ..live import WorkerContext
 from ..trace import OnUpdate, Result, TraceRecorder
 from .toy import batch, flat_params, make_mlp
-from .zero import DTYPES, ZeroAdam, activation_meter, traffic_formula, zero_formula
+from .zero import DTYPES, LossScaler, ZeroAdam, activation_meter, traffic_formula, zero_formula
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,7 @@ class ZeroConfig(Config):
     stage: int = 1
     collective: str = "ring"
     precision: str = "fp32"
+    loss_scale: float = 2.0**16  # fp16's initial dynamic loss scale
     batch_size: int = 16
     width: int = 64
     depth: int = 4
@@ -50,6 +51,7 @@ class ZeroConfig(Config):
         check_int("stage", self.stage, 0, 3)
         check_choice("collective", self.collective, ("ring", "library"))
         check_choice("precision", self.precision, tuple(DTYPES))
+        check_float("loss_scale", self.loss_scale, 1.0, 2.0**60)
         check_int("batch_size", self.batch_size, 1, 4096)
         check_int("width", self.width, 1, 8192)
         check_int("depth", self.depth, 1, 64)
@@ -113,7 +115,8 @@ def zero_rank(ctx: WorkerContext, comm: Comm, config: ZeroConfig) -> dict[str, n
     torch.set_num_threads(config.threads)
     dev, dtype = comm.device, DTYPES[config.precision]
     model = make_mlp(config.width, config.depth, seed=config.seed).to(dev)
-    zero = ZeroAdam(model, comm, config.stage, config.collective, config.precision, lr=config.lr)
+    scaler = LossScaler(config.loss_scale) if config.precision == "fp16" else None
+    zero = ZeroAdam(model, comm, config.stage, config.collective, config.precision, lr=config.lr, scaler=scaler)
     psi = sum(u.padded for u in zero.units)
     expect = zero_formula(psi, comm.world, config.stage)
     for step in range(config.steps):
