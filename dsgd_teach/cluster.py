@@ -23,6 +23,8 @@ from dask.utils import parse_bytes
 from distributed import Client, LocalCluster
 from distributed.diagnostics.plugin import WorkerPlugin
 
+from . import worker_settings
+from .machine import WORKER_MALLOC, check_n_workers, cpu_count, worker_addresses
 from .memory import (
     BINDER_BUDGET_BYTES,
     MiB,
@@ -32,6 +34,7 @@ from .memory import (
     scheduler_workers,
     worker_baseline,
 )
+from .workers import scale_to
 
 log = logging.getLogger(__name__)
 
@@ -53,21 +56,6 @@ QUIET_TIMERS = {
     "distributed.worker.memory.monitor-interval": "500ms",
     "distributed.worker.profile.enabled": False,
 }
-#: glibc malloc settings for worker processes. dask's default (trim at 64 KiB) also freezes the mmap threshold at
-#: 128 KiB, so every array of a megabyte is a fresh mmap whose pages fault in one by one: about 0.7 ms per
-#: 1 MB parameter-server update here. Arrays up to 16 MiB come from the reusable heap instead, and at most
-#: 32 MiB of freed memory is kept back per process.
-WORKER_MALLOC = {"MALLOC_MMAP_THRESHOLD_": 16 * 2**20, "MALLOC_TRIM_THRESHOLD_": 32 * 2**20}
-
-
-def cpu_count() -> int:
-    """Cores this process may use (respects affinity masks and containers)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
-
-
 def threads_per_worker_process(n_workers: int, cores: int | None = None) -> int:
     """torch intra-op threads for each worker: floor(cores / workers), at least 1 (avoids oversubscription)."""
     cores = cpu_count() if cores is None else cores
@@ -185,9 +173,7 @@ class CourseClient(Client):
             return
         if self._settings_plugin:
             self._settings_plugin = False
-            from .worker_settings import remove
-
-            remove(self)
+            worker_settings.remove(self)
         handed, self._handed_cluster = self._handed_cluster, None
         if handed is not None and self.n_workers() != self._handed_size:
             handed.scale(self._handed_size)
@@ -198,12 +184,9 @@ class CourseClient(Client):
 
     def resize(self, n_workers: int, timeout: float = 60.0) -> str:
         """Scale the local cluster to n_workers, reset torch threads, and say what happened in one line."""
-        if not isinstance(n_workers, int) or isinstance(n_workers, bool) or not 1 <= n_workers <= 64:
-            raise ValueError(f"n_workers must be an integer in [1, 64], got {n_workers!r}")
+        check_n_workers("n_workers", n_workers)
         if self._owned_cluster is None and self._handed_cluster is not None:
-            from .workers import _scale_to
-
-            _scale_to(self, self._handed_cluster, n_workers, timeout)
+            scale_to(self, self._handed_cluster, n_workers, timeout)
             return f"{self.n_workers()} worker(s) in the cluster handed in (it goes back to {self._handed_size} on close)"
         if self._owned_cluster is None:
             raise RuntimeError(
@@ -226,13 +209,6 @@ class CourseClient(Client):
             time.sleep(0.05)
         self.register_plugin(TorchThreads(threads_per_worker_process(n_workers)), name=PLUGIN_NAME)
         return _describe(n_workers)
-
-
-def worker_addresses(client: Client) -> list[str]:
-    """Addresses of all connected workers, sorted (rank r runs on the r-th address)."""
-    # Ask the scheduler directly: scheduler_info() returns the client's cached identity, which a background
-    # callback refreshes without per-worker entries, so under load it can come back with no workers at all.
-    return sorted(scheduler_workers(client))
 
 
 def _describe(n_workers: int) -> str:
@@ -299,10 +275,8 @@ def _gpu_cluster(n_workers: int | None, gpus: int, asked: bool) -> tuple[LocalCl
 
 def _apply_settings(client: CourseClient) -> str:
     """Register the course's worker settings on a deployment it did not start; a clear error if it cannot."""
-    from .worker_settings import apply
-
     try:
-        line = apply(client)
+        line = worker_settings.apply(client)
     except Exception as exc:
         client.close()
         raise RuntimeError(
@@ -329,8 +303,8 @@ def start_client(
     planned from a worker's measured footprint and the machine's memory, see memory.py).
     """
     explicit_limit = requested_memory_limit(memory_limit)
-    if n_workers is not None and (isinstance(n_workers, bool) or not isinstance(n_workers, int) or not 1 <= n_workers <= 64):
-        raise ValueError(f"n_workers must be an integer in [1, 64], got {n_workers!r}")
+    if n_workers is not None:
+        check_n_workers("n_workers", n_workers)
     t0 = time.perf_counter()
     address = None if cluster is not None else _external_address(scheduler)
     if cluster is not None:

@@ -19,6 +19,8 @@ from typing import Any
 from distributed import Client
 from distributed.diagnostics.plugin import WorkerPlugin
 
+from .machine import WORKER_MALLOC, cpu_count, host_of
+
 PLUGIN_NAME = "dsgd-course-settings"
 #: glibc mallopt parameter numbers (malloc.h).
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
@@ -55,8 +57,6 @@ class CourseSettings(WorkerPlugin):
             importlib.import_module(name)
         import torch
 
-        from .workers import host_of
-
         self._previous_threads = torch.get_num_threads()
         torch.set_num_threads(self.threads_by_host.get(host_of(worker.address), 1))
         set_malloc(self.malloc["MALLOC_MMAP_THRESHOLD_"], self.malloc["MALLOC_TRIM_THRESHOLD_"])
@@ -71,8 +71,6 @@ class CourseSettings(WorkerPlugin):
 
 def _machine_cores() -> tuple[str, int]:
     """(this machine's identity, its cores): the kernel's boot id, shared by every network namespace on it."""
-    from .cluster import cpu_count
-
     try:
         machine = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     except OSError:
@@ -87,8 +85,6 @@ def threads_by_host(client: Client) -> dict[str, int]:
     address on one machine, and giving each of them all the machine's cores oversubscribes it (measured: torch's
     spinning intra-op threads made each step of a ring allreduce over four such hosts several times slower).
     """
-    from .workers import host_of
-
     cores = client.run(_machine_cores)  # {address: (machine, cores)}
     per_machine: dict[str, list[int]] = {}
     for machine, n in cores.values():
@@ -103,8 +99,6 @@ def threads_by_host(client: Client) -> dict[str, int]:
 
 def apply(client: Client) -> str:
     """Register CourseSettings on every current and future worker; returns a one-line description."""
-    from .cluster import WORKER_MALLOC
-
     threads = threads_by_host(client)
     client.register_plugin(CourseSettings(threads, WORKER_MALLOC), name=PLUGIN_NAME)
     shown = ", ".join(f"{h}: {t}" for h, t in sorted(threads.items()))

@@ -12,15 +12,13 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlparse
 
 from distributed import Client
 
-from .cluster import worker_addresses
+from .machine import MAX_WORKERS, check_n_workers, host_of, worker_addresses
 from .memory import check_workers_memory
 
 #: Upper bound for widgets and requests when a cluster can grow (matches CourseClient.resize's range).
-MAX_WORKERS = 64
 
 
 @dataclass(frozen=True)
@@ -56,7 +54,7 @@ def capacity(client: Client, cap: int = MAX_WORKERS) -> int:
     return max(1, min(cap, len(worker_addresses(client))))
 
 
-def _scale_to(client: Client, cluster: Any, n: int, timeout: float) -> None:
+def scale_to(client: Client, cluster: Any, n: int, timeout: float) -> None:
     """Scale a cluster object up to n workers and wait until they have joined (raises TimeoutError)."""
     if hasattr(client, "resize") and getattr(client, "_owned_cluster", None) is cluster:
         client.resize(n, timeout=timeout)  # also resets torch threads per worker
@@ -71,15 +69,14 @@ def _scale_to(client: Client, cluster: Any, n: int, timeout: float) -> None:
 
 def get_workers(client: Client, n: int, why: str = "", *, timeout: float = 120.0) -> Workers:
     """Workers for a run that wants n at once: use, grow, or run with what fits (see the module docstring)."""
-    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_WORKERS:
-        raise ValueError(f"n must be an integer in [1, {MAX_WORKERS}], got {n!r}")
+    check_n_workers("n", n)
     check_workers_memory(client, what="this run cannot get its workers")
     have = worker_addresses(client)
     if len(have) >= n:
         return Workers(n, n, tuple(have), f"using {n} of the cluster's {len(have)} worker(s)")
     cluster = scalable_cluster(client)
     if cluster is not None:
-        _scale_to(client, cluster, n, timeout)
+        scale_to(client, cluster, n, timeout)
         now = worker_addresses(client)
         return Workers(n, n, tuple(now), f"scaled the cluster from {len(have)} to {len(now)} worker(s)")
     k = len(have)
@@ -89,11 +86,6 @@ def get_workers(client: Client, n: int, why: str = "", *, timeout: float = 120.0
     note = (f"this deployment has {k} worker(s) and is not the course's to scale: running with {k}; "
             f"{n}{shows}")
     return Workers(k, n, tuple(have), note)
-
-
-def host_of(address: str) -> str:
-    """The host part of a worker address such as tcp://10.0.0.5:40123."""
-    return urlparse(address).hostname or address
 
 
 def by_host(addresses: list[str] | tuple[str, ...]) -> dict[str, list[str]]:

@@ -11,12 +11,11 @@ from distributed import Client
 
 from ..cluster import worker_addresses
 from ..config import check_choice, check_float, check_int
+from ..machine import MAX_WORKERS
 from ..memory import check_workers_memory
 from ..problem import Problem, TrainingConfig
 from ..trace import OnUpdate, TraceRecorder
 from .delays import STRAGGLER_MODELS, DelayModel, frozen_script, validate_script
-
-MAX_WORKERS = 16
 
 
 @dataclass(frozen=True)
