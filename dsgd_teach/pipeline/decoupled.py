@@ -22,7 +22,7 @@ from torch import nn
 from ..collectives.comm import Comm
 from ..live import WorkerContext
 from ..sgd import batch_indices
-from .engine import _agree_to_stop, _sync, ctx_now
+from .engine import _agree_to_stop, _sync, ctx_now, emulate_device
 from .hybrid import Layout, average_replicas, data_parallel_groups
 from .link import StageLink
 from .stages import boundary_shapes, build_units, flat_params, microbatch_slices, stage_module
@@ -70,16 +70,18 @@ def decoupled_rank(ctx: WorkerContext, comm: Comm, config: Any) -> dict[str, Any
                 out = nn.functional.cross_entropy(out, y[rows], reduction="sum") / len(batch)
                 loss_sum += float(out.item())
             _sync(dev)
+            emulated = emulate_device(t, config.emulated_forward_s, ctx)
             graphs[k] = (x, out)
             held = sum(len(g) for g, _ in pending.values())
             peak = max(peak, held)
-            ctx.emit(step=step, event="forward", microbatch=k, t_start=t, duration=ctx_now(ctx) - t, held=held)
+            ctx.emit(step=step, event="forward", microbatch=k, t_start=t, duration=ctx_now(ctx) - t, held=held,
+                     **emulated)
             if not last:
                 sent = link.send(out, nxt, f"activation of microbatch {k}", due=step)
                 ctx.emit(step=step, event="send", microbatch=k, peer=nxt, bytes_sent=sent)
         if old >= 0:
             last_grads = _backward_old_batch(ctx, link, pending.pop(old), step, old, m, (s, prev, nxt, delay),
-                                             config.steps)
+                                             config.steps, config.backward_device_s)
             if dp_groups:  # hybrid: the replicas of this stage add up their gradients (and the loss)
                 for q, g in zip(module.parameters(), last_grads, strict=True):
                     q.grad = g
@@ -106,7 +108,8 @@ def decoupled_rank(ctx: WorkerContext, comm: Comm, config: Any) -> dict[str, Any
 
 
 def _backward_old_batch(ctx: WorkerContext, link: StageLink, pending: tuple[dict, list[nn.Parameter]], step: int,
-                        old: int, m: int, where: tuple[int, int, int, int], steps: int) -> list[torch.Tensor]:
+                        old: int, m: int, where: tuple[int, int, int, int], steps: int,
+                        device_s: float = 0.0) -> list[torch.Tensor]:
     """Back-propagate the batch of step `old` through the weights its forward used; its parameter gradient."""
     s, prev, nxt, delay = where
     graphs, params = pending
@@ -121,8 +124,9 @@ def _backward_old_batch(ctx: WorkerContext, link: StageLink, pending: tuple[dict
         t = ctx_now(ctx)
         out.backward(grad)  # accumulates into the stashed parameters' .grad (and x.grad), as in GPipe
         _sync(x.device)
+        emulated = emulate_device(t, device_s, ctx)
         ctx.emit(step=step, event="backward", microbatch=k, t_start=t, duration=ctx_now(ctx) - t, batch=old,
-                 held=len(graphs))
+                 held=len(graphs), **emulated)
         if prev >= 0 and step + delay < steps:  # the previous stage uses it `delay` steps from now
             sent = link.send(x.grad, prev, f"gradient of microbatch {k}", due=step + delay)
             ctx.emit(step=step, event="send", microbatch=k, peer=prev, bytes_sent=sent)

@@ -3,6 +3,12 @@
 The same loop runs every schedule (naive, GPipe, 1F1B): a schedule is only the order of ("F", k) and ("B", k)
 actions a stage performs. Every action, wait and message becomes a trace event with its microbatch id, start and
 duration, and the number of microbatches whose activations the stage holds, so the plots come from measurement.
+
+Emulated devices (config.emulated_forward_s > 0): a forward or backward still computes for real (the result is
+unchanged), then the stage sleeps until the action has lasted the emulated device's time, as if the stage had an
+accelerator of its own that takes that long per microbatch. Messages and the schedule stay real. The sleep is not
+work and is never passed off as such: each action's trace event carries `compute_s` (measured computation) and
+`injected_s` (the sleep), and the plots draw the injected part hatched.
 """
 
 from __future__ import annotations
@@ -27,6 +33,21 @@ from .stages import boundary_shapes, build_units, flat_grads, flat_params, micro
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def emulate_device(t_start: float, device_s: float, ctx: WorkerContext) -> dict[str, float]:
+    """Sleep until an action begun at t_start (ctx_now clock) has lasted device_s; its compute_s and injected_s.
+
+    device_s = 0 (real compute only) sleeps nothing. The sleep is the *injected* time of an emulated device: the
+    stage's own core is free meanwhile, which is why p stages can overlap on fewer than p cores.
+    """
+    compute = ctx_now(ctx) - t_start
+    if device_s <= 0:
+        return {"compute_s": compute, "injected_s": 0.0}
+    end = time.perf_counter() + max(0.0, device_s - compute)
+    while (left := end - time.perf_counter()) > 0:  # time.sleep may wake early on a signal; finish the wait
+        time.sleep(left)
+    return {"compute_s": compute, "injected_s": ctx_now(ctx) - t_start - compute}
 
 
 def _agree_to_stop(comm: Comm, stop: bool) -> bool:
@@ -81,10 +102,11 @@ def pipeline_rank(ctx: WorkerContext, comm: Comm, config: Any) -> dict[str, Any]
                     out = nn.functional.cross_entropy(out, y[rows], reduction="sum") / len(batch)
                     loss_sum += float(out.item())
                 _sync(dev)
+                emulated = emulate_device(t, config.emulated_forward_s, ctx)
                 held[k] = (x, out)
                 peak = max(peak, len(held))
                 ctx.emit(step=step, event="forward", microbatch=k, t_start=t, duration=ctx_now(ctx) - t,
-                         held=len(held))
+                         held=len(held), **emulated)
                 if not last:
                     sent = link.send(out, nxt, f"activation of microbatch {k}")
                     ctx.emit(step=step, event="send", microbatch=k, peer=nxt, bytes_sent=sent)
@@ -99,8 +121,9 @@ def pipeline_rank(ctx: WorkerContext, comm: Comm, config: Any) -> dict[str, Any]
                 if out.requires_grad:
                     out.backward(grad)
                 _sync(dev)
+                emulated = emulate_device(t, config.backward_device_s, ctx)
                 ctx.emit(step=step, event="backward", microbatch=k, t_start=t, duration=ctx_now(ctx) - t,
-                         held=len(held))
+                         held=len(held), **emulated)
                 if not first:
                     g = x.grad if x.grad is not None else torch.zeros_like(x)
                     sent = link.send(g, prev, f"gradient of microbatch {k}")

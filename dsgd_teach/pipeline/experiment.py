@@ -33,6 +33,12 @@ class PipelineConfig(Config):
     copies of each stage average their gradients (hybrid parallelism). Each step's batch is cut into
     `microbatches` pieces run by `schedule`; "decoupled" (Huo et al., 2018; decoupled.py) lets stage s
     back-propagate the batch of gradient_delay*(stages-1-s) steps ago, without waiting for the next stage.
+
+    Emulated devices: with emulated_forward_s > 0 every forward lasts at least that long and every backward at
+    least emulated_backward_s (default: twice the forward), as if each stage had an accelerator of its own; the
+    stage computes for real, then sleeps the rest (engine.emulate_device). The trace labels the sleep `injected_s`.
+    This shows the pipeline's schedule on a machine with fewer cores than stages, where real computation would
+    make the stages take turns on the cores instead of overlapping.
     """
 
     model: str = "mlp"
@@ -51,9 +57,14 @@ class PipelineConfig(Config):
     device: str = "auto"
     timeout_s: float = 20.0
     run_timeout_s: float = 600.0
+    emulated_forward_s: float = 0.0
+    emulated_backward_s: float | None = None
 
     def validate(self) -> None:
         check_choice("model", self.model, PIPELINE_MODELS)
+        check_float("emulated_forward_s", self.emulated_forward_s, 0.0, 10.0)
+        if self.emulated_backward_s is not None:
+            check_float("emulated_backward_s", self.emulated_backward_s, 0.0, 10.0)
         check_int("depth", self.depth, 1, 64)
         check_int("hidden", self.hidden, 1, 8192)
         check_int("stages", self.stages, 1, self.n_units)
@@ -82,6 +93,24 @@ class PipelineConfig(Config):
     def n_units(self) -> int:
         """How many units the model has: the most stages it can be split into."""
         return 4 if self.model == "cnn" else self.depth
+
+    @property
+    def emulated(self) -> bool:
+        """True when forwards and backwards last an emulated device's time (injected sleep) instead of only theirs."""
+        return self.emulated_forward_s > 0 or bool(self.emulated_backward_s)
+
+    @property
+    def backward_device_s(self) -> float:
+        """Emulated time of one backward: emulated_backward_s, or twice the forward's when that is None."""
+        return 2 * self.emulated_forward_s if self.emulated_backward_s is None else self.emulated_backward_s
+
+    @property
+    def mode(self) -> str:
+        """Which mode drew a plot: 'real compute' or 'emulated devices (t_f = .. ms, t_b = .. ms injected)'."""
+        if not self.emulated:
+            return "real compute"
+        return (f"emulated devices (t_f = {self.emulated_forward_s * 1e3:.0f} ms, "
+                f"t_b = {self.backward_device_s * 1e3:.0f} ms injected)")
 
     def stage_staleness(self, stage: int) -> int:
         """Steps between computing and applying a gradient at `stage` (0 except for the decoupled schedule)."""
@@ -185,6 +214,7 @@ def run_pipeline(config: PipelineConfig, client: Client, on_update: OnUpdate | N
     ratio = (float(work[work.event == "backward"].duration.median() / work[work.event == "forward"].duration.median())
              if len(work) else 2.0)
     summary: dict[str, Any] = {
+        "mode": config.mode,
         "wall_s": time.perf_counter() - t0,
         "steps": len(updates),
         "backend": spec.backend,
@@ -199,6 +229,10 @@ def run_pipeline(config: PipelineConfig, client: Client, on_update: OnUpdate | N
         "max_replica_divergence": max((float(np.max(np.abs(o["params"] - done[o["stage"]]["params"]), initial=0.0))
                                        for o in every if len(done) == config.stages), default=0.0),
     }
+    if config.emulated and len(work):
+        # how much of the stages' busy time was injected sleep, and whether real compute ever outran the device
+        summary["injected_share"] = float(work.injected_s.sum() / work.duration.sum())
+        summary["actions_slower_than_device"] = int((work.injected_s <= 0).sum())
     result = Result(config, trace, summary, None, stopped)
     if len(done) == config.stages:
         result.params = np.concatenate([o["params"] for o in done])

@@ -21,7 +21,11 @@ def pick_step(trace: pd.DataFrame) -> int:
 
 
 def plot_timeline(ax: Axes, trace: pd.DataFrame, step: int | None = None, label: bool = True) -> None:
-    """One row per stage (stage 0 on top, as in the GPipe paper): forward and backward bars with microbatch ids."""
+    """One row per stage (stage 0 on top, as in the GPipe paper): forward and backward bars with microbatch ids.
+
+    In emulated-devices mode (the trace has `injected_s`), each bar's measured computation is drawn solid and the
+    injected sleep of the emulated device hatched, so the picture never passes the sleep off as work.
+    """
     step = pick_step(trace) if step is None else step
     work = trace[(trace.step == step) & trace.event.isin(["forward", "backward"])]
     if not len(work):
@@ -29,20 +33,38 @@ def plot_timeline(ax: Axes, trace: pd.DataFrame, step: int | None = None, label:
         return
     t0 = work.t_start.min()
     stages = int(trace.worker.max()) + 1
+    emulated = "injected_s" in work and bool((work.injected_s.fillna(0) > 0).any())
     for row in work.itertuples():
         y = stages - 1 - row.worker
         left, width = (row.t_start - t0) * 1e3, row.duration * 1e3
-        ax.broken_barh([(left, width)], (y - 0.4, 0.8), color=COLORS[row.event], edgecolor="white", linewidth=0.5)
+        if emulated:
+            solid = min(width, max(0.0, float(row.compute_s) * 1e3))
+            ax.broken_barh([(left, solid)], (y - 0.4, 0.8), color=COLORS[row.event], edgecolor="white",
+                           linewidth=0.5)
+            ax.broken_barh([(left + solid, width - solid)], (y - 0.4, 0.8), facecolor=COLORS[row.event],
+                           alpha=0.45, hatch="///", edgecolor="white", linewidth=0.5)
+        else:
+            ax.broken_barh([(left, width)], (y - 0.4, 0.8), color=COLORS[row.event], edgecolor="white",
+                           linewidth=0.5)
         if label and width > 0:
             ax.text(left + width / 2, y, str(int(row.microbatch)), ha="center", va="center", fontsize=7)
     ax.set_yticks(range(stages), [f"stage {stages - 1 - y}" for y in range(stages)])
     ax.set_xlabel(f"time in step {step} (ms)")
     handles = [plt.Rectangle((0, 0), 1, 1, color=COLORS[k]) for k in ("forward", "backward")]
-    ax.legend(handles, ["forward", "backward"], loc="upper right", fontsize=7)
+    names = ["forward", "backward"]
+    if emulated:
+        handles.append(plt.Rectangle((0, 0), 1, 1, facecolor="white", edgecolor="grey", hatch="///"))
+        names.append("injected (emulated device)")
+    ax.legend(handles, names, loc="upper right", fontsize=7)
 
 
-def plot_bubble(ax: Axes, table: pd.DataFrame) -> None:
-    """Measured idle fraction against microbatches, with (p-1)/(m+p-1) for each number of stages."""
+def plot_bubble(ax: Axes, table: pd.DataFrame, mode: str | None = None) -> None:
+    """Measured idle fraction against microbatches, with (p-1)/(m+p-1) for each number of stages.
+
+    mode: which mode measured the points ("real compute" or the emulated devices'), written in the title.
+    """
+    if mode:
+        ax.set_title(mode, fontsize=9)
     for p, rows in table.groupby("stages"):
         rows = rows.sort_values("microbatches")
         line = ax.plot(rows.microbatches, rows.bubble, "o", label=f"measured, p={p}")[0]
@@ -95,6 +117,8 @@ def plot_pipeline_live(fig: plt.Figure, trace: pd.DataFrame) -> None:
     if len(trace) and (trace.event == "forward").any():
         steps = sorted(trace[trace.event == "forward"].step.unique())
         plot_timeline(ax1, trace, int(steps[-2] if len(steps) > 1 else steps[-1]))
+        emulated = "injected_s" in trace and bool((trace.injected_s.fillna(0) > 0).any())
+        ax1.set_title("emulated devices (hatched: injected time)" if emulated else "real compute", fontsize=9)
         up = trace[trace.event == "update"].sort_values("step")
         ax2.plot(up.step, up.loss)
     ax2.set_xlabel("step")
