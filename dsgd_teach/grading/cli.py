@@ -7,7 +7,9 @@ import sys
 from pathlib import Path
 
 from .batch import Limits, grade_batch
+from .export import FORMATS, export
 from .paths import default_source_dir
+from .safeio import UnsafeOutput
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -25,6 +27,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=None, help="seed for hidden-test inputs (default: random per batch)")
     p.add_argument("--jobs", type=int, default=1, help="submissions graded at once (default 1)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.add_argument("--export", action="append", choices=FORMATS, default=[],
+                   help="also write grades for a learning-management system: gradescope (results.json per "
+                        "submission under OUT/gradescope/) or canvas (OUT/canvas_grades.csv); may be repeated")
     p.add_argument("--unsafe-no-sandbox", action="store_true",
                    help="grade without the OS sandbox (bubblewrap); grades.csv and every feedback page say so")
     return p
@@ -49,6 +54,13 @@ def main(argv: list[str]) -> int:
         return 2
     total = sum(g.points for s in subs for g in s.grades)
     print(f"graded {len(subs)} notebook(s), {total:g} points in all -> {args.out / 'grades.csv'}")
+    if args.export:
+        try:
+            written = export(args.out, subs, args.export)
+        except (OSError, ValueError, UnsafeOutput) as exc:
+            print(f"error: the export failed: {exc}", file=sys.stderr)
+            return 2
+        print(f"exported {', '.join(args.export)}: {len(written)} file(s) under {args.out}")
     if args.unsafe_no_sandbox:
         print("WARNING: graded with --unsafe-no-sandbox; these grades are not protected against a hostile class",
               file=sys.stderr)

@@ -36,8 +36,37 @@ def check_reference(assignment: Assignment, reference: dict[str, Any]) -> None:
             )
 
 
+def partial_credit(assignment: Assignment) -> bool:
+    """Whether the source notebook awards points per hidden check (`metadata.dsgd_teach.partial_credit`)."""
+    meta = assignment.notebook.get("metadata", {}).get("dsgd_teach", {})
+    return bool(meta.get("partial_credit", False)) if isinstance(meta, dict) else False
+
+
+def check_weights(assignment: Assignment, grade_id: str) -> list[tuple[str, float]]:
+    """(label prefix, weight) pairs from the test cell's `metadata.dsgd_teach.weights`; other checks weigh 1."""
+    for cell in assignment.notebook.cells:
+        if str(cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", "")) == grade_id:
+            meta = cell.get("metadata", {}).get("dsgd_teach", {})
+            weights = meta.get("weights", {}) if isinstance(meta, dict) else {}
+            if isinstance(weights, dict):
+                return [(str(k), float(v)) for k, v in weights.items()
+                        if isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0]
+    return []
+
+
+def weight_of(label: str, weights: list[tuple[str, float]]) -> float:
+    """The weight of a hidden check: that of the longest matching label prefix, else 1."""
+    found = [(len(prefix), w) for prefix, w in weights if label.startswith(prefix)]
+    return max(found)[1] if found else 1.0
+
+
 def grade(assignment: Assignment, reference: dict[str, Any], student: dict[str, Any]) -> list[Grade]:
-    """One Grade per question: full points only if the test ran cleanly and every reported value matches."""
+    """One Grade per question.
+
+    All or nothing by default: full points only if the test ran cleanly and every reported value matches. With
+    partial credit (set in the source notebook), a question whose visible checks all pass and whose reports are
+    well formed earns its points in proportion to the weights of the hidden checks that pass.
+    """
     skipped = student.get("skipped", [])
     notes = [f"cell {s['index'] + 1} was skipped ({s['why']})" for s in skipped if s.get("index", -1) >= 0]
     notes += [f"cell {e['index'] + 1} raised {e['error']}" for e in student.get("cell_errors", [])[:3]]
@@ -45,19 +74,70 @@ def grade(assignment: Assignment, reference: dict[str, Any], student: dict[str, 
     note = "; ".join(notes)
     grades = []
     problems = list(student.get("problems", []))
+    partial = partial_credit(assignment)
     for q in assignment.questions:
+        points = 0.0
         try:
-            reason = _failure(reference["tests"][q.grade_id]["records"], student.get("tests", {}).get(q.grade_id))
+            expected = reference["tests"][q.grade_id]["records"]
+            result = student.get("tests", {}).get(q.grade_id)
+            reason = _failure(expected, result)
+            if reason and partial:
+                points, reason = _partial(expected, result, q.points, check_weights(assignment, q.grade_id), reason)
         except Exception as exc:  # noqa: BLE001 - a report the grader cannot compare fails its question only
-            reason = f"the check reports could not be compared ({type(exc).__name__})"
+            points, reason = 0.0, f"the check reports could not be compared ({type(exc).__name__})"
             problems.append(f"{q.grade_id}: {reason}")
         if reason and note:
             reason += f" [{note}]"
-        grades.append(Grade(q.grade_id, 0.0 if reason else q.points, q.points, reason or "passed"))
+        grades.append(Grade(q.grade_id, points if reason else q.points, q.points, reason or "passed"))
     flags = problems + [f"the sandbox denied {f}" for f in student.get("flags", [])]
     if flags:
         grades.append(Grade("(integrity)", 0.0, 0.0, "FLAGGED: " + "; ".join(flags[:5])))
     return grades
+
+
+def check_outcomes(expected: list[dict[str, Any]], result: dict[str, Any] | None) -> list[str] | None:
+    """Each reference check's outcome ("passed", "failed", "not reached"), or None when the reports are not
+    well formed (missing test, wrong or extra labels): such a test earns nothing."""
+    if result is None or result.get("status") not in ("ok", "error"):
+        return None
+    got = result.get("records", [])
+    if len(got) > len(expected):
+        return None
+    out = []
+    for k, exp in enumerate(expected):
+        if k >= len(got):
+            out.append("not reached")
+            continue
+        rec = got[k]
+        if not isinstance(rec, dict) or rec.get("label") != exp["label"]:
+            return None
+        try:
+            ok = "error" not in rec and same(rec["value"], exp["value"], exp.get("rtol", 0.0), exp.get("atol", 0.0))
+        except (KeyError, TypeError, AttributeError):
+            ok = False
+        out.append("passed" if ok else "failed")
+    return out
+
+
+def _partial(expected: list[dict[str, Any]], result: dict[str, Any] | None, points: float,
+             weights: list[tuple[str, float]], reason: str) -> tuple[float, str]:
+    """(points, reason) of a test that did not fully pass, under partial credit."""
+    outcomes = check_outcomes(expected, result)
+    hidden = [(exp, o) for exp, o in zip(expected, outcomes or [], strict=False) if exp.get("hidden")]
+    if outcomes is None or not hidden:
+        return 0.0, reason
+    if any(o != "passed" for exp, o in zip(expected, outcomes, strict=True) if not exp.get("hidden")):
+        return 0.0, reason  # the visible checks are the gate: the student can run them before submitting
+    total = sum(weight_of(exp["label"], weights) for exp, _ in hidden)
+    won = sum(weight_of(exp["label"], weights) for exp, o in hidden if o == "passed")
+    earned = round(points * won / total, 2) if total else 0.0
+    if all(o == "passed" for _, o in hidden):  # every check matched, but the cell raised afterwards
+        return 0.0, reason
+    passed = sum(o == "passed" for _, o in hidden)
+    missed = [f"'{exp['label']}' ({o})" for exp, o in hidden if o != "passed"]
+    listed = ", ".join(missed[:4]) + (f" and {len(missed) - 4} more" if len(missed) > 4 else "")
+    return earned, (f"{earned:g} of {points:g} points: {passed} of {len(hidden)} hidden checks passed, not {listed}; "
+                    f"first: {reason}")
 
 
 def _failure(expected: list[dict[str, Any]], result: dict[str, Any] | None) -> str:
