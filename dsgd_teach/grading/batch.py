@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ from typing import Any
 import nbformat
 from tqdm.auto import tqdm
 
-from . import bubblewrap, reports, safeio
+from . import bubblewrap, cgroups, reports, safeio
 from .feedback import write_feedback
 from .notebook import Assignment, load_assignment, nbgrader_meta, rebuild, rewrite_test, source_cells
 from .text import Redactor, clean, safe_grades
@@ -31,16 +32,26 @@ SANDBOXED = "bubblewrap"
 UNSAFE = "NONE: graded with --unsafe-no-sandbox, these grades are not protected against a hostile class"
 SKIPPED = "(skipped)"
 KILL_GRACE_S = 60  # after the notebook's budget: shutting the kernel down and sending the result
+WORKER_MB = 512  # a sandbox's memory beyond its kernel's --memory-mb: the worker, /tmp's files, page cache
+_unenforced: set[str] = set()  # why a sandbox of this process ran without its cgroup limits
+_unenforced_lock = threading.Lock()
 
 
 @dataclass(frozen=True)
 class Limits:
-    """Per-cell timeout, one wall-clock budget per notebook, and per-kernel memory and CPU-time limits."""
+    """Per-cell timeout, one wall-clock budget per notebook, per-kernel memory and CPU-time limits, and the
+    whole sandbox's cgroup limits: memory (memfd and /tmp included; 0: memory_mb + WORKER_MB) and processes."""
 
     timeout_s: int = 60
     memory_mb: int = 1536
     cpu_s: int = 600
     notebook_s: int = 900
+    sandbox_memory_mb: int = 0
+    sandbox_pids: int = 128
+
+    def cgroup(self) -> cgroups.CgroupLimits:
+        """The cgroup limits of one sandbox (every sandbox gets the same CPU weight)."""
+        return cgroups.CgroupLimits((self.sandbox_memory_mb or self.memory_mb + WORKER_MB) << 20, self.sandbox_pids)
 
 
 @dataclass
@@ -144,10 +155,13 @@ def run_worker(cells: list[dict[str, Any]], mode: str, limits: Limits, seed: int
     }
     budget = limits.notebook_s + KILL_GRACE_S  # the worker stops at notebook_s; this is the hard stop
     if sandbox:
-        out = bubblewrap.run([sys.executable, "-m", "dsgd_teach.grading.worker"], json.dumps(job).encode(), budget)
+        out = bubblewrap.run([sys.executable, "-m", "dsgd_teach.grading.worker"], json.dumps(job).encode(), budget,
+                             limits=limits.cgroup())
         if out.timed_out:
-            return {"error": f"grading this notebook took longer than {budget} s and was stopped"}
-        return _parse_result(out.result, out.returncode, out.stderr_tail, mode)
+            result = {"error": f"grading this notebook took longer than {budget} s and was stopped"}
+        else:
+            result = _parse_result(out.result, out.returncode, out.stderr_tail, mode)
+        return _with_limits(result, out.usage)
     with tempfile.TemporaryDirectory(prefix="dsgd-worker-") as cwd:
         proc = subprocess.Popen([sys.executable, "-m", "dsgd_teach.grading.worker"], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd, start_new_session=True)
@@ -159,6 +173,25 @@ def run_worker(cells: list[dict[str, Any]], mode: str, limits: Limits, seed: int
             return {"error": f"grading this notebook took longer than {budget} s and was stopped"}
     lines = out.decode(errors="replace").strip().splitlines()
     return _parse_result(lines[-1].encode() if lines else None, proc.returncode, err.decode(errors="replace"), mode)
+
+
+def _with_limits(result: dict[str, Any], usage: cgroups.Usage | None) -> dict[str, Any]:
+    """The result with the cgroup limits the sandbox hit named in its error or its note (read by the verdict)."""
+    if usage is not None and not usage.enforced:
+        with _unenforced_lock:
+            _unenforced.add(usage.unenforced)
+    hits = "; ".join(usage.hit()) if usage is not None else ""
+    if not hits:
+        return result
+    if "error" in result:
+        return {**result, "error": f"{result['error']} ({hits})"}
+    return {**result, "stopped": "; ".join(x for x in (result.get("stopped"), hits) if x)}
+
+
+def unenforced() -> list[str]:
+    """Why sandboxes of this process ran without cgroup limits (empty: every one had them)."""
+    with _unenforced_lock:
+        return sorted(_unenforced)
 
 
 def _parse_result(data: bytes | None, returncode: int | None, stderr: str, mode: str) -> dict[str, Any]:
@@ -216,6 +249,11 @@ def grade_batch(submissions_dir: Path, source_dir: Path, out_dir: Path, *, assig
 
     if sandbox:
         bubblewrap.require()
+        cgroups.sweep()
+        with _unenforced_lock:
+            _unenforced.clear()
+        if cgroups.available():
+            print(f"WARNING: {cgroups_missing(cgroups.available())}", file=sys.stderr)
     seed = secrets.randbelow(2**31) if seed is None else seed
     sources = find_assignments(source_dir)
     if assignment is not None and assignment not in sources:
@@ -261,9 +299,25 @@ def grade_batch(submissions_dir: Path, source_dir: Path, out_dir: Path, *, assig
             unwritten.append(f"{_feedback_path(sub)}: {clean(exc, 200)}")
     summary = {"seed": seed, "submissions": len(graded), "seconds": round(time.perf_counter() - t0, 1),
                "limits": limits.__dict__, "sandbox": SANDBOXED if sandbox else UNSAFE,
-               "feedback_not_written": unwritten}
+               "feedback_not_written": unwritten, "cgroup_limits": _cgroup_summary(limits, sandbox)}
     safeio.write_atomic(out_dir, "grading.json", json.dumps(summary, indent=2).encode())
     return subs
+
+
+def cgroups_missing(why: str) -> str:
+    """What a batch without per-sandbox cgroups does not enforce, and why."""
+    return ("per-sandbox cgroup limits are NOT enforced (memory with memfd and /tmp, processes, a fair CPU share): "
+            f"{why}. Only per-process rlimits apply; run the grader as root or in a delegated cgroup v2 subtree.")
+
+
+def _cgroup_summary(limits: Limits, sandbox: bool) -> dict[str, Any]:
+    """grading.json's record of the per-sandbox cgroup limits: what they were, or why they were not enforced."""
+    if not sandbox:
+        return {"enforced": False, "why": "graded with --unsafe-no-sandbox"}
+    missing = unenforced()
+    cg = limits.cgroup()
+    return {"enforced": not missing, "why": "; ".join(missing)[:1000], "memory_mb": cg.memory_bytes >> 20,
+            "pids": cg.pids, "cpu": f"equal weight {cg.cpu_weight} per sandbox"}
 
 
 def _feedback_path(sub: Submission) -> str:

@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import seccomp
+from . import cgroups, seccomp
 
 HOW_TO_GET_ONE = (
     "no OS sandbox is available for grading kernels. Install bubblewrap (as root: `apt-get install bubblewrap`, "
@@ -52,6 +52,7 @@ class Outcome:
     returncode: int | None
     stderr_tail: str
     timed_out: bool
+    usage: cgroups.Usage | None = None  # the sandbox's cgroup: limits hit, or why none were enforced
 
 
 def _visible_roots() -> list[str]:
@@ -120,8 +121,20 @@ def base_env() -> dict[str, str]:
            "PYTHONDONTWRITEBYTECODE": "1", "LANG": os.environ.get("LANG", "C.UTF-8")}
 
 
-def run(inner: list[str], stdin: bytes, timeout_s: float, env: dict[str, str] | None = None) -> Outcome:
-    """Run inner in a fresh sandbox; its result is what it writes to the fd number appended to its argv."""
+def run(inner: list[str], stdin: bytes, timeout_s: float, env: dict[str, str] | None = None,
+        limits: cgroups.CgroupLimits | None = None) -> Outcome:
+    """Run inner in a fresh sandbox; its result is what it writes to the fd number appended to its argv.
+
+    With limits, the whole sandbox runs in a cgroup of its own (cgroups.py), removed before this returns.
+    """
+    if limits is None:
+        return _run(inner, stdin, timeout_s, env, None)
+    with cgroups.open_scope(limits) as scope:
+        return _run(inner, stdin, timeout_s, env, scope)
+
+
+def _run(inner: list[str], stdin: bytes, timeout_s: float, env: dict[str, str] | None,
+         scope: cgroups.Scope | None) -> Outcome:
     result_r, result_w = os.pipe()
     info_r, info_w = os.pipe()
     filter_r = _filter_fd()
@@ -130,7 +143,8 @@ def run(inner: list[str], stdin: bytes, timeout_s: float, env: dict[str, str] | 
     reader = threading.Thread(target=_drain, args=(result_r, chunks), daemon=True)
     with tempfile.TemporaryFile() as err:
         try:
-            proc = subprocess.Popen(argv + [str(result_w)], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+            full = argv + [str(result_w)]
+            proc = subprocess.Popen(scope.wrap(full) if scope else full, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                     stderr=err, pass_fds=tuple(fd for fd in (result_w, info_w, filter_r) if fd),
                                     start_new_session=True)
         finally:
@@ -153,7 +167,8 @@ def run(inner: list[str], stdin: bytes, timeout_s: float, env: dict[str, str] | 
         err.seek(max(0, err.tell() - 4000))
         tail = err.read().decode(errors="replace")
     data = b"".join(chunks)
-    return Outcome(data if data and not timed_out else None, proc.returncode, tail, timed_out)
+    usage = scope.usage() if scope else None
+    return Outcome(data if data and not timed_out else None, proc.returncode, tail, timed_out, usage)
 
 
 def _filter_fd() -> int | None:
