@@ -35,6 +35,18 @@ class OverlappedDDP:
         self.buckets = assign_buckets(sizes, bucket_bytes)
         self.bucket_of = {i: b for b, members in enumerate(self.buckets) for i in members}
         self.sync = True
+        # One flat buffer per bucket; each gradient is a view into it, so no copy is needed before or after the
+        # allreduce (DDP's gradient_as_bucket_view). A gradient set to None or replaced is copied back in.
+        self.flats = [torch.zeros(sum(self.params[i].numel() for i in b), dtype=self.params[b[0]].dtype,
+                                  device=self.params[b[0]].device) for b in self.buckets]
+        self.views: dict[int, torch.Tensor] = {}
+        for b, members in enumerate(self.buckets):
+            offset = 0
+            for i in members:
+                p = self.params[i]
+                self.views[i] = self.flats[b][offset:offset + p.numel()].view_as(p)
+                offset += p.numel()
+                p.grad = self.views[i]
         self.events: list[dict[str, Any]] = []  # one per bucket: launch and done times, bytes
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="dsgd-ddp-ring") if allreduce == "ring" else None
@@ -65,7 +77,12 @@ class OverlappedDDP:
 
     def _launch(self, b: int) -> None:
         """Flatten bucket b's gradients and start its allreduce without waiting for it."""
-        flat = torch.cat([self.params[i].grad.reshape(-1) for i in self.buckets[b]])
+        flat = self.flats[b]
+        for i in self.buckets[b]:
+            p, view = self.params[i], self.views[i]
+            if p.grad is None or p.grad.data_ptr() != view.data_ptr():  # zero_grad(set_to_none=True) or a replaced gradient: copy it in
+                view.copy_(p.grad)
+                p.grad = view
         event = {"bucket": b, "launch_s": time.perf_counter(), "bytes": flat.numel() * flat.element_size()}
         self.events.append(event)
 
@@ -92,14 +109,12 @@ class OverlappedDDP:
             for b in range(len(self.buckets)):
                 self._launch(b)
                 self._wait_last()
-        for b, handle, flat in self._pending:
-            total = handle.result(timeout=self.comm.timeout_s) if isinstance(handle, Future) else self._wait(handle, flat)
-            total.div_(self.comm.world)
-            offset = 0
-            for i in self.buckets[b]:
-                g = self.params[i].grad
-                g.copy_(total[offset:offset + g.numel()].view_as(g))
-                offset += g.numel()
+        for _, handle, flat in self._pending:
+            if isinstance(handle, Future):
+                flat.copy_(handle.result(timeout=self.comm.timeout_s))  # the ring returns a new tensor
+            else:
+                self._wait(handle, flat)  # the library reduced the bucket in place
+            flat.div_(self.comm.world)  # the gradients are views: they now hold the average
         self.events = [dict(e, done_s=e.get("done_s", time.perf_counter())) for e in self.events]
         self._reset()
 

@@ -138,7 +138,7 @@ def zero_rank(ctx: WorkerContext, comm: Comm, config: ZeroConfig) -> dict[str, n
         sent = [m for m in log if m["direction"] == "send"]
         held = zero.last_held
         cuda = torch.cuda.max_memory_allocated(dev) if dev.type == "cuda" else 0
-        ctx.emit(step=step, event="update", loss=float(loss.detach()), step_s=step_s, applied=applied,
+        ctx.emit(step=step, event="update", loss=float(loss.detach()), step_s=step_s, applied=applied, stage=config.stage,
                  loss_scale=scale, bytes_sent=sum(m["bytes"] for m in sent),
                  elements_sent=sum(m["elements"] for m in sent), elements_formula=traffic_formula(psi, comm.world, config.stage),
                  held_params=held["params"], held_grads=held["grads"], held_optimizer=held["optimizer"],

@@ -1,0 +1,58 @@
+"""Will it fit? Memory per GPU and traffic per step for a model size, precision, ZeRO stage, N and batch.
+
+Model states follow Rajbhandari et al. 2020 (section 3.1): with mixed-precision Adam 2 bytes of parameters,
+2 of gradients and K = 12 of optimizer state (fp32 master, momentum, variance) per parameter; plain fp32 Adam is
+4 + 4 + 8. ZeRO divides them by N stage by stage. Activations of a transformer layer follow Korthikanti et al.
+2022 (their eq. 1, no tensor parallelism): s b h (34 + 5 a s / h) bytes, or 2 s b h with every layer checkpointed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GIB = 2**30
+BYTES = {"mixed": (2, 2, 12), "fp32": (4, 4, 8)}  # params, grads, optimizer per parameter
+
+
+@dataclass(frozen=True)
+class Model:
+    """A decoder-only transformer's shape: parameters ~ 12 L h^2, plus embeddings."""
+
+    layers: int
+    hidden: int
+    heads: int
+    vocab: int = 50_257
+
+    @property
+    def params(self) -> int:
+        """Parameter count: 12 L h^2 in the layers (attention 4h^2, MLP 8h^2) plus the vocab x h embedding."""
+        return 12 * self.layers * self.hidden**2 + self.vocab * self.hidden
+
+
+def model_states(params: float, n: int, stage: int, precision: str = "mixed") -> dict[str, float]:
+    """Bytes of parameters, gradients and optimizer state on each of n ranks under ZeRO `stage`."""
+    p, g, k = BYTES[precision]
+    out = {"params": p * params / (n if stage >= 3 else 1),
+           "grads": g * params / (n if stage >= 2 else 1),
+           "optimizer": k * params / (n if stage >= 1 else 1)}
+    out["total"] = sum(out.values())
+    return out
+
+
+def activations(model: Model, microbatch: int, seq: int, checkpoint: bool) -> float:
+    """Activation bytes of the whole model for one microbatch (Korthikanti et al. 2022, eq. 1; 2sbh per layer under full recompute)."""
+    s, b, h, a = seq, microbatch, model.hidden, model.heads
+    per_layer = 2 * s * b * h if checkpoint else s * b * h * (34 + 5 * a * s / h)
+    return model.layers * per_layer
+
+
+def will_it_fit(model: Model, n: int, stage: int, microbatch: int = 1, seq: int = 2048, checkpoint: bool = False,
+                precision: str = "mixed", gpu_gib: float = 80.0) -> dict[str, float | bool]:
+    """Memory per GPU (GiB) split into model states and activations, bytes sent per step, and whether it fits."""
+    states = model_states(model.params, n, stage, precision)
+    act = activations(model, microbatch, seq, checkpoint)
+    elem = BYTES[precision][1]
+    sent = (3 if stage == 3 else 2) * model.params * (n - 1) / n * elem
+    total = states["total"] + act
+    return {"params": model.params, "states_gib": states["total"] / GIB, "activations_gib": act / GIB,
+            "total_gib": total / GIB, "sent_gib_per_step": sent / GIB, "fits": total <= gpu_gib * GIB}
