@@ -8,6 +8,7 @@ end of the session.
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -87,3 +88,20 @@ def test_removing_one_hidden_check_lets_a_wrong_solution_through():
     variant = next(v for v in CATALOG["ps02_hogwild"] if v.name.startswith("returns the nonzeros"))
     assert _escapes(a, [variant], range(3)) == {variant.name: []}
     assert _escapes(weakened, [variant], range(3)) == {variant.name: [0, 1, 2]}
+
+
+def test_readme_lists_every_assignment_with_its_questions_and_points():
+    """course/assignments/README.md has one row per question, with the source notebook's points."""
+    readme = (harness.default_source_dir().parent / "README.md").read_text()
+    listed: dict[str, list[float]] = {}
+    current = None
+    for line in readme.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 6 or not re.match(r"q\d+ ", cells[2]):
+            continue
+        current = cells[0] or current
+        listed.setdefault(current, []).append(float(cells[4]))
+    expected = {name: [q.points for q in harness.assignment(name).questions] for name in CATALOG}
+    assert listed == expected
+    for name, points in expected.items():
+        assert f"{name.split('_')[0]} {sum(points):g}" in readme, f"the totals line lacks {name}"
