@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 from pathlib import Path
 
 import psutil
@@ -279,3 +280,29 @@ def test_the_worker_keeps_reports_only_and_nothing_erases_them():
     with pytest.raises(CellExecutionComplete):
         client.process_message({"msg_type": "status", "content": {"execution_state": "idle"},
                                 "parent_header": {}, "header": {}, "metadata": {}}, cell, 0)
+
+
+WATCH = textwrap.dedent('''\
+    import ctypes, os, select, sys
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = libc.inotify_init1(0)
+    wd = libc.inotify_add_watch(fd, sys.argv[1].encode(), 0x20 | 0x01)  # IN_OPEN | IN_ACCESS
+    if wd < 0:
+        os.write(int(sys.argv[-1]), os.strerror(ctypes.get_errno()).encode())
+    else:
+        seen = os.read(fd, 65536) if select.select([fd], [], [], 10)[0] else b""
+        os.write(int(sys.argv[-1]), f"{len(seen)} bytes of events".encode())
+''')
+
+
+@needs_sandbox
+def test_no_inotify_watch_on_the_mounts_shared_with_the_host():
+    """A watch on the shared Python installation would show the sandbox when the host or a neighbour opens a file."""
+    watched = os.path.dirname(os.__file__)
+    opener = threading.Timer(1.5, lambda: open(os.__file__, "rb").read(1))
+    opener.start()
+    try:
+        out = bubblewrap.run([sys.executable, "-c", WATCH, watched], b"", 60)
+    finally:
+        opener.cancel()
+    assert out.result == b"Operation not permitted", out
