@@ -134,10 +134,12 @@ def _partial(expected: list[dict[str, Any]], result: dict[str, Any] | None, poin
     if all(o == "passed" for _, o in hidden):  # every check matched, but the cell raised afterwards
         return 0.0, reason
     passed = sum(o == "passed" for _, o in hidden)
-    missed = [f"'{exp['label']}' ({o})" for exp, o in hidden if o != "passed"]
-    listed = ", ".join(missed[:4]) + (f" and {len(missed) - 4} more" if len(missed) > 4 else "")
-    return earned, (f"{earned:g} of {points:g} points: {passed} of {len(hidden)} hidden checks passed, not {listed}; "
-                    f"first: {reason}")
+    if not passed:
+        return 0.0, reason
+    missed = [f"'{exp['label']}' ({o})" for exp, o in hidden if o != "passed"][1:]  # the first is in `reason`
+    listed = ", ".join(missed[:3]) + (f" and {len(missed) - 3} more" if len(missed) > 3 else "")
+    also = f"; also not passed: {listed}" if missed else ""
+    return earned, f"{reason}; partial credit {earned:g} of {points:g}: {passed} of {len(hidden)} hidden checks passed{also}"
 
 
 def _failure(expected: list[dict[str, Any]], result: dict[str, Any] | None) -> str:
