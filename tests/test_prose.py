@@ -154,7 +154,7 @@ def test_fedavg_defines_its_weights_and_reads_table_2_plainly():
 
 
 def test_staleness_counting_convention_is_explained():
-    body = text(chapter("09"))
+    body = text(chapter("10"))
     assert "report exactly this" not in body
     assert "own update" in body and "N-1" in body.replace(" ", "")
 
@@ -164,7 +164,7 @@ def test_staleness_counting_convention_is_explained():
 PROVENANCE = re.compile(r"README|\d{4}-\d{2}-\d{2}|Table \d|printed|your (?:own )?run")
 
 
-@pytest.mark.parametrize("prefix", ["02", "08", "09"])
+@pytest.mark.parametrize("prefix", ["02", "08", "09", "10"])
 def test_measured_ratios_say_where_they_come_from(prefix):
     """A cell that quotes a measured ratio (1.48x) names its source: the README table with its date, a paper's
     table, or the learner's own run."""
