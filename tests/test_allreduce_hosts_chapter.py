@@ -1,0 +1,77 @@
+"""Chapter 05's shaped-links cell: it says why when it cannot make hosts, and draws what it measured when it can.
+
+The real run (network namespaces, five dask processes, links shaped to 200 Mbit/s) happens where chapter 05 runs
+as root (every chapter's smoke run in CI); how much the ring beats the star there is timing, quoted by `make bench`
+(dsgd_teach/bench/shaped_hosts.py). Here, without starting anything: the fallback prints its reason and makes no
+host, an outside deployment is left alone, and the cell turns a measurement into a labelled picture and ratios.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import nbformat  # noqa: E402
+import pandas as pd  # noqa: E402
+import pytest  # noqa: E402
+
+from dsgd_teach import hosts  # noqa: E402
+from dsgd_teach.config import sized  # noqa: E402
+
+CHAPTER = Path(__file__).resolve().parents[1] / "course" / "05_allreduce.ipynb"
+
+
+def _cell() -> str:
+    cells = [c.source for c in nbformat.read(CHAPTER, as_version=4).cells
+             if c.cell_type == "code" and "hosts.shaped_allreduce" in c.source]
+    assert len(cells) == 1, "chapter 05 has one cell that measures on shaped hosts"
+    return cells[0]
+
+
+def _run_cell() -> str:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(_cell(), {"sized": sized, "pd": pd, "plt": plt})  # noqa: S102 - the chapter's own cell
+    return out.getvalue()
+
+
+@pytest.fixture
+def no_hosts_made(monkeypatch):
+    def refuse(*args, **kwargs):  # noqa: ANN002, ANN003
+        raise AssertionError("hosts.up called although the demonstration was skipped")
+
+    monkeypatch.setattr(hosts, "up", refuse)
+
+
+def test_without_namespaces_the_cell_prints_why(monkeypatch, no_hosts_made) -> None:
+    monkeypatch.setattr(hosts, "available", lambda: "network namespaces need root (CI runs as root)")
+    printed = _run_cell()
+    assert "shaped hosts not made here: network namespaces need root" in printed
+
+
+def test_an_outside_deployment_is_left_alone(monkeypatch, no_hosts_made) -> None:
+    monkeypatch.setattr(hosts, "available", lambda: None)
+    monkeypatch.setenv("DSGD_SCHEDULER", "tcp://10.213.1.1:8786")
+    assert "DSGD_SCHEDULER" in hosts.shaped_allreduce()["skipped"]
+    assert "DSGD_SCHEDULER" in _run_cell()
+
+
+def test_a_measurement_becomes_a_labelled_picture(monkeypatch) -> None:
+    rows = [{"N": n, "algorithm": a, "measured_s": t, "predicted_s": t * 0.9}
+            for n, a, t in ((3, "naive", 0.7), (3, "ring", 0.25), (4, "naive", 1.0), (4, "ring", 0.3))]
+    measured = {"rate": "200mbit", "mib": 4, "rows": rows, "alpha_us": [400.0, 420.0], "link_MBps": [23.5, 23.4],
+                "hosts": ["a,b,c", "a,b,c,d"], "wall_s": 40.0}
+    monkeypatch.setattr(hosts, "shaped_allreduce", lambda **kwargs: measured)
+    plt.close("all")
+    printed = _run_cell()
+    assert "N = 3: star 0.700 s, ring 0.250 s; star/ring measured 2.80, predicted 2.80" in printed
+    assert "N = 4:" in printed and "23.4 MB/s" in printed
+    title = plt.gcf().axes[0].get_title()
+    assert "emulated hosts" in title and "200mbit" in title, "the plot says which mode drew it"
+    plt.close("all")
