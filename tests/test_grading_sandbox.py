@@ -21,7 +21,7 @@ import psutil
 import pytest
 from grading_attacks import write_submission
 
-from dsgd_teach.grading import bubblewrap, cli, safeio
+from dsgd_teach.grading import bubblewrap, cli, safeio, sandbox
 from dsgd_teach.grading.batch import Submission, _csv_text, find_submissions
 from dsgd_teach.grading.feedback import write_feedback
 from dsgd_teach.grading.notebook import find_assignments, load_assignment
@@ -321,3 +321,43 @@ def test_no_file_watch_on_the_mounts_shared_with_the_host(code):
     finally:
         opener.cancel()
     assert out.result == b"Operation not permitted", out
+
+
+REPLACE_CHANNEL = textwrap.dedent('''\
+    import fcntl, os, subprocess, sys
+    from dsgd_teach.grading import sandbox
+    r, w = os.pipe()
+    sandbox.install(sys.argv[1], sandbox.default_read_roots(), [], w)
+    ino = os.fstat(r).st_ino
+    report = None
+    for fd in range(3, 256):
+        try:
+            if fd != r and os.fstat(fd).st_ino == ino:
+                report = fd
+        except OSError:
+            pass
+    keep = os.dup(report)  # the attack: keep a copy, point the hook's fd at /dev/null, then do what is denied
+    os.dup2(os.open("/dev/null", os.O_WRONLY), report)
+    if sys.argv[2] == "no copy":
+        os.close(keep)
+    try:
+        subprocess.run(["/bin/true"])
+    except PermissionError:
+        pass
+    fcntl.fcntl(r, fcntl.F_SETFL, os.O_NONBLOCK)
+    try:
+        print(os.read(r, 65536).decode())
+    except BlockingIOError:
+        print("nothing on the channel")
+''')
+
+
+@pytest.mark.parametrize("variant", ["copy kept", "no copy"])
+def test_a_replaced_denial_channel_is_reported_or_ends_the_kernel(tmp_path, variant):
+    """dup the hook's channel, dup2 /dev/null over it, then do something denied: never a silent denial."""
+    out = subprocess.run([sys.executable, "-c", REPLACE_CHANNEL, str(tmp_path), variant], capture_output=True,
+                         text=True, timeout=120, cwd=tmp_path)
+    if variant == "copy kept":
+        assert sandbox.CHANNEL_REPLACED in out.stdout and "subprocess.Popen" in out.stdout, (out.stdout, out.stderr)
+    else:
+        assert out.returncode == -9, (out.returncode, out.stdout, out.stderr)

@@ -18,6 +18,7 @@ import sys
 from collections.abc import Iterable
 
 FLAG = "DSGD-SANDBOX-DENIED"
+CHANNEL_REPLACED = "replacing the denial channel's fd (a copy of it was kept)"
 _DENY_ALWAYS = frozenset({
     "subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty",
     "pty.spawn", "ctypes.dlopen", "ctypes.dlsym", "ctypes.dlsym/handle", "ctypes.cdata", "ctypes.cdata/buffer",
@@ -46,6 +47,8 @@ def install(workdir: str, read_roots: Iterable[str], protected: Iterable[str], d
     """Add the audit hook: reads only under read_roots or workdir (never under protected), writes only in workdir.
 
     Denials are written to denial_fd (moved to a close-on-exec fd of the hook's own), else to a copy of stderr.
+    Should that fd be replaced (dup2 over it, once a copy was kept), they go to a copy with a line saying so, and
+    with no copy left in this process the process kills itself rather than deny in silence.
     """
     realpath, isinstance_, str_, bytes_ = os.path.realpath, isinstance, str, bytes
     fsdecode, fspath, getpid, write = os.fsdecode, os.fspath, os.getpid, os.write
@@ -58,6 +61,15 @@ def install(workdir: str, read_roots: Iterable[str], protected: Iterable[str], d
     report_fd = os.dup(denial_fd if denial_fd >= 0 else 2)  # os.dup's copy is not inherited by children
     if denial_fd >= 0:
         os.close(denial_fd)
+    fstat, kill = os.fstat, os.kill
+    channel = (fstat(report_fd).st_dev, fstat(report_fd).st_ino)
+
+    def on_channel(fd: int) -> bool:
+        try:
+            st = fstat(fd)
+        except OSError:
+            return False
+        return (st.st_dev, st.st_ino) == channel
 
     def under(path: str, roots: tuple[str, ...]) -> bool:
         return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
@@ -81,10 +93,19 @@ def install(workdir: str, read_roots: Iterable[str], protected: Iterable[str], d
         return resolved
 
     def deny(event: str, detail: object) -> None:
-        try:
-            write(report_fd, f"{FLAG} {event} {detail!r}\n".encode()[:2000])
-        except OSError:
-            pass
+        line, targets = f"{FLAG} {event} {detail!r}\n".encode()[:2000], [report_fd]
+        if not on_channel(report_fd):  # replaced (dup2) after a copy was kept: report on that copy
+            targets = [fd for fd in range(4096) if on_channel(fd)]
+            line = f"{FLAG} {CHANNEL_REPLACED}\n".encode() + line
+        for fd in targets:
+            try:
+                write(fd, line)
+                break
+            except OSError:
+                continue
+        else:  # no copy in this process to write on (closed, or kept only by a child): this kernel ends here
+            if targets != [report_fd]:
+                kill(own_pid, 9)
         raise PermissionError(f"not allowed while grading: {event} {detail!r}")
 
     def may_read(path: str) -> bool:
