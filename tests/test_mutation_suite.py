@@ -105,3 +105,47 @@ def test_readme_lists_every_assignment_with_its_questions_and_points():
     assert listed == expected
     for name, points in expected.items():
         assert f"{name.split('_')[0]} {sum(points):g}" in readme, f"the totals line lacks {name}"
+
+
+SANDBOXED = ("shortcut: every rank returns the plain sum, no messages", "ring on flat buffers with chunk offsets",
+             "byte count rounded down to whole bytes", "chunks are views of the inputs (inputs modified)")
+
+
+@pytest.mark.timeout(600)
+def test_the_sandboxed_grader_agrees_with_the_in_process_verdicts(tmp_path):
+    """A few of ps05's variants through `dsgd-teach grade` (bubblewrap, kernels) score what the suite computes."""
+    import csv
+
+    import nbformat
+
+    from dsgd_teach.grading import bubblewrap, cli
+    from dsgd_teach.grading.notebook import nbgrader_meta
+
+    try:
+        bubblewrap.require()
+    except RuntimeError as exc:
+        pytest.skip(f"no sandbox here: {exc}")
+    name, seed = "ps05_collectives", 11
+    a = harness.assignment(name)
+    variants = {v.name: v for v in CATALOG[name]}
+    students = {"honest": harness.Variant("honest", "", True, "")}
+    students.update({f"variant_{k}": variants[n] for k, n in enumerate(SANDBOXED)})
+    for student, variant in students.items():
+        nb = nbformat.read(str(harness.default_source_dir() / name / f"{name}.ipynb"), as_version=4)
+        if variant.code:
+            replaced = harness._defined(variant.code)
+            target = [c for c in nb.cells if nbgrader_meta(c).get("solution") and replaced & harness._defined(c.source)]
+            target[-1].source += "\n\n" + variant.code
+        (tmp_path / "subs" / student).mkdir(parents=True)
+        nbformat.write(nb, str(tmp_path / "subs" / student / f"{name}.ipynb"))
+    out = tmp_path / "graded"
+    assert cli.main([str(tmp_path / "subs"), "--assignment", name, "--out", str(out), "--seed", str(seed),
+                     "--jobs", "2", "--no-progress", "--timeout", "30"]) == 0
+    with open(out / "grades.csv", newline="") as fh:
+        rows = {(r["student"], r["question"]): float(r["points"]) for r in csv.DictReader(fh)}
+    ref = harness.reference(a, seed)
+    for student, variant in students.items():
+        expected = [g.points for g in harness.grade_variant(a, ref, variant, seed)]
+        assert [rows[(student, q.grade_id)] for q in a.questions] == expected, student
+        assert (student, "(integrity)") not in rows
+    assert [rows[("honest", q.grade_id)] for q in a.questions] == [q.points for q in a.questions]

@@ -569,9 +569,42 @@ def peak_activations(actions):
 def peak_activations(actions):
     return sum(1 for kind, _ in actions if kind == "F")
 """),
-    W("bubble as (p - 1) / m", "q2", """
-def bubble(p, m):
-    return (p - 1) / m
+    W("step time from the formula with the slowest stage", "q2", """
+def gpipe_step_time(t_f, t_b, m):
+    return (m + len(t_f) - 1) * (max(t_f) + max(t_b))
+"""),
+    W("backward starts before the last forward (no flush)", "q2", """
+def gpipe_times(t_f, t_b, m):
+    t_f, t_b = np.asarray(t_f, dtype=float), np.asarray(t_b, dtype=float)
+    p = len(t_f)
+    fwd, bwd = np.zeros((p, m)), np.zeros((p, m))
+    for s in range(p):
+        for k in range(m):
+            fwd[s, k] = max(fwd[s - 1, k] if s else 0.0, fwd[s, k - 1] if k else 0.0) + t_f[s]
+    for s in reversed(range(p)):
+        for k in range(m):
+            grad = bwd[s + 1, k] if s < p - 1 else fwd[p - 1, k]
+            bwd[s, k] = max(grad, bwd[s, k - 1] if k else 0.0) + t_b[s]
+    return fwd, bwd
+"""),
+    W("a stage runs two forwards at once (only the input is awaited)", "q2", """
+def gpipe_times(t_f, t_b, m):
+    t_f, t_b = np.asarray(t_f, dtype=float), np.asarray(t_b, dtype=float)
+    p = len(t_f)
+    fwd, bwd = np.zeros((p, m)), np.zeros((p, m))
+    for s in range(p):
+        for k in range(m):
+            fwd[s, k] = (fwd[s - 1, k] if s else k * t_f[0]) + t_f[s]
+    for s in reversed(range(p)):
+        for k in range(m):
+            grad = bwd[s + 1, k] if s < p - 1 else fwd[p - 1, m - 1]
+            bwd[s, k] = max(grad, bwd[s, k - 1] if k else 0.0) + t_b[s]
+    return fwd, bwd
+"""),
+    W("bubble from the equal-stage formula", "q2", """
+def bubble(t_f, t_b, m):
+    p = len(t_f)
+    return np.full(p, (p - 1) / (m + p - 1))
 """),
     W("split by floor index slices (remainder on the last ranks)", "q3", """
 def partial_outputs(X, A, B, n):
@@ -604,6 +637,26 @@ def one_f_one_b(p, m, s):
 
 def peak_activations(actions):
     return int(max(np.cumsum([1 if k == "F" else -1 for k, _ in actions]), default=0)) if actions else 0
+"""),
+    R("GPipe by events: microbatch outer, stage inner, a free-at time per stage", "q2", """
+def gpipe_times(t_f, t_b, m):
+    p = len(t_f)
+    free = [0.0] * p
+    fwd = [[0.0] * m for _ in range(p)]
+    bwd = [[0.0] * m for _ in range(p)]
+    for k in range(m):
+        for s in range(p):
+            fwd[s][k] = free[s] = max(fwd[s - 1][k] if s > 0 else 0.0, free[s]) + float(t_f[s])
+    for k in range(m):
+        for s in range(p - 1, -1, -1):
+            ready = bwd[s + 1][k] if s + 1 < p else fwd[p - 1][m - 1]
+            bwd[s][k] = free[s] = max(ready, free[s]) + float(t_b[s])
+    return np.array(fwd), np.array(bwd)
+
+
+def bubble(t_f, t_b, m):
+    step = gpipe_step_time(t_f, t_b, m)
+    return np.array([(step - m * (f + b)) / step for f, b in zip(t_f, t_b)])
 """),
     R("Megatron split with explicit bounds", "q3", """
 def partial_outputs(X, A, B, n):
