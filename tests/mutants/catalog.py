@@ -750,7 +750,101 @@ def fedavg_bytes(n_params, clients, fraction, rounds):
 """),
 ]
 
+
+_ONE_BIT = """
+def one_bit(v):
+    v = np.asarray(v, dtype=float)
+    ones = v {cmp} 0
+    out = np.empty_like(v)
+    if ones.any():
+        out[ones] = v[ones].mean()
+    if (~ones).any():
+        out[~ones] = v[~ones].mean()
+    return out
+"""
+
+_FEEDBACK = """
+def error_feedback(grads, feedback=True):
+    grads = [np.asarray(g, dtype=float) for g in grads]
+    residual = np.zeros_like(grads[0])
+    sent = []
+    for g in grads:
+        target = g + residual if feedback else g
+        q = one_bit(target)
+        sent.append(q)
+        if feedback:
+            residual = {residual}
+    return sent, residual
+"""
+
+PS09 = [
+    W("zero counted as negative", "q1", _ONE_BIT.format(cmp=">")),
+    W("one scale for both signs: sign(v) * mean|v|", "q1", """
+def one_bit(v):
+    v = np.asarray(v, dtype=float)
+    return np.where(v >= 0, 1.0, -1.0) * np.abs(v).mean()
+"""),
+    W("decodes in place into the caller's array", "q1", """
+def one_bit(v):
+    ones = v >= 0
+    pos = v[ones].mean() if ones.any() else 0.0
+    neg = v[~ones].mean() if (~ones).any() else 0.0
+    v[ones], v[~ones] = pos, neg
+    return v
+"""),
+    W("residual kept from the gradient alone (e = g - q)", "q2", _FEEDBACK.format(residual="g - q")),
+    W("residual accumulates the whole target (e = e + g - q)", "q2", _FEEDBACK.format(residual="residual + target - q")),
+    W("quantises the gradient, then adds the old residual to what is sent", "q2", """
+def error_feedback(grads, feedback=True):
+    grads = [np.asarray(g, dtype=float) for g in grads]
+    residual = np.zeros_like(grads[0])
+    sent = []
+    for g in grads:
+        q = one_bit(g) + (residual if feedback else 0)
+        sent.append(q)
+        if feedback:
+            residual = g + residual - q
+    return sent, residual
+"""),
+    W("every message is the same reused buffer", "q2", """
+def error_feedback(grads, feedback=True):
+    grads = [np.asarray(g, dtype=float) for g in grads]
+    residual = np.zeros_like(grads[0])
+    buf = np.zeros_like(grads[0])
+    sent = []
+    for g in grads:
+        target = g + residual if feedback else g
+        buf[:] = one_bit(target)
+        sent.append(buf)
+        if feedback:
+            residual = target - buf
+    return sent, residual
+"""),
+    R("one_bit with np.where and the two means", "q1", """
+def one_bit(v):
+    x = np.array(v, dtype=float)
+    pos, neg = x >= 0, x < 0
+    hi = x[pos].sum() / max(1, pos.sum())
+    lo = x[neg].sum() / max(1, neg.sum())
+    return np.where(pos, hi, lo)
+"""),
+    R("error feedback with the identity kept as a running total", "q2", """
+def error_feedback(grads, feedback=True):
+    total_g = np.zeros(len(grads[0]))
+    total_q = np.zeros(len(grads[0]))
+    sent = []
+    for g in grads:
+        g = np.asarray(g, dtype=float)
+        total_g = total_g + g
+        q = one_bit(total_g - total_q) if feedback else one_bit(g)
+        total_q = total_q + q
+        sent.append(q)
+    return sent, (total_g - total_q) if feedback else np.zeros(len(grads[0]))
+"""),
+]
+
 CATALOG: dict[str, list[Variant]] = {
     "ps01_sgd": PS01, "ps02_hogwild": PS02, "ps03_ps": PS03, "ps04_syncasync": PS04,
     "ps05_collectives": PS05, "ps06_threads": PS06, "ps07_model_parallel": PS07, "ps08_averaging": PS08,
+    "ps09_onebit": PS09,
 }
