@@ -25,6 +25,7 @@ CHAPTER_PACKAGES = (
     "dsgd_teach.threads",
     "dsgd_teach.pipeline",
     "dsgd_teach.averaging",
+    "dsgd_teach.sharded",
     "dsgd_teach.sim",
 )
 

@@ -48,10 +48,10 @@ def test_mixed_precision_stays_near_fp32(client):
 
 
 def test_fp16_overflow_skips_steps_and_lowers_the_scale(client):
-    r = run_zero(ZeroConfig(stage=1, steps=8, precision="fp16", loss_scale=2.0**40), client)
+    r = run_zero(ZeroConfig(stage=1, steps=8, precision="fp16", loss_scale=2.0**30), client)
     ups = r.trace[(r.trace.event == "update") & (r.trace.worker == 0)]
     assert r.summary["skipped_steps"] >= 1 and not ups.applied.iloc[0]
-    assert ups.loss_scale.is_monotonic_decreasing and ups.loss_scale.iloc[-1] < 2.0**40
+    assert ups.loss_scale.is_monotonic_decreasing and ups.loss_scale.iloc[-1] < 2.0**30
     scaler = LossScaler(8.0, growth_interval=2)
     for overflow in (True, False, False):
         scaler.update(overflow)

@@ -51,7 +51,7 @@ class ZeroConfig(Config):
         check_int("stage", self.stage, 0, 3)
         check_choice("collective", self.collective, ("ring", "library"))
         check_choice("precision", self.precision, tuple(DTYPES))
-        check_float("loss_scale", self.loss_scale, 1.0, 2.0**60)
+        check_float("loss_scale", self.loss_scale, 1.0, 2.0**32)
         check_int("batch_size", self.batch_size, 1, 4096)
         check_int("width", self.width, 1, 8192)
         check_int("depth", self.depth, 1, 64)
