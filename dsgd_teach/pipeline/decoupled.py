@@ -22,16 +22,14 @@ from torch import nn
 from ..collectives.comm import Comm
 from ..live import WorkerContext
 from ..sgd import batch_indices
-from .engine import _agree_to_stop, _sync, ctx_now, emulate_device
 from .hybrid import Layout, average_replicas, data_parallel_groups
 from .link import StageLink
+from .rank_support import agree_to_stop, ctx_now, device_sync, emulate_device, training_data
 from .stages import boundary_shapes, build_units, flat_params, microbatch_slices, stage_module
 
 
 def decoupled_rank(ctx: WorkerContext, comm: Comm, config: Any) -> dict[str, Any]:
     """One stage of one replica: each step, forwards of this step's batch, then the backward of an older one."""
-    from .experiment import training_data
-
     layout = Layout(config.stages, config.replicas, comm.rank)
     p, s, dev, delay, m = config.stages, layout.stage, comm.device, config.gradient_delay, config.microbatches
     dp_groups = data_parallel_groups(layout)
@@ -69,7 +67,7 @@ def decoupled_rank(ctx: WorkerContext, comm: Comm, config: Any) -> dict[str, Any
             if last:
                 out = nn.functional.cross_entropy(out, y[rows], reduction="sum") / len(batch)
                 loss_sum += float(out.item())
-            _sync(dev)
+            device_sync(dev)
             emulated = emulate_device(t, config.emulated_forward_s, ctx)
             graphs[k] = (x, out)
             held = sum(len(g) for g, _ in pending.values())
@@ -95,7 +93,7 @@ def decoupled_rank(ctx: WorkerContext, comm: Comm, config: Any) -> dict[str, Any
             else:
                 ctx.emit(step=step, event="stage_update", version_read=old, staleness=lag)
         link.finish(step)
-        if _agree_to_stop(comm, ctx.should_stop()):
+        if agree_to_stop(comm, ctx.should_stop()):
             stopped = True
             break
     _drain(link, pending, step, config.steps, nxt, lag, delay)
@@ -123,7 +121,7 @@ def _backward_old_batch(ctx: WorkerContext, link: StageLink, pending: tuple[dict
             ctx.emit(step=step, event="idle", microbatch=k, duration=wait, t_start=ctx_now(ctx) - wait)
         t = ctx_now(ctx)
         out.backward(grad)  # accumulates into the stashed parameters' .grad (and x.grad), as in GPipe
-        _sync(x.device)
+        device_sync(x.device)
         emulated = emulate_device(t, device_s, ctx)
         ctx.emit(step=step, event="backward", microbatch=k, t_start=t, duration=ctx_now(ctx) - t, batch=old,
                  held=len(graphs), **emulated)

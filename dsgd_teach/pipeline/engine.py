@@ -13,7 +13,6 @@ work and is never passed off as such: each action's trace event carries `compute
 
 from __future__ import annotations
 
-import time
 from collections import deque
 from typing import Any
 
@@ -26,41 +25,13 @@ from ..live import WorkerContext
 from ..sgd import batch_indices
 from .hybrid import Layout, average_replicas, data_parallel_groups
 from .link import StageLink
+from .rank_support import agree_to_stop, ctx_now, device_sync, emulate_device, training_data
 from .schedules import SCHEDULES
 from .stages import boundary_shapes, build_units, flat_grads, flat_params, microbatch_slices, stage_module
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def emulate_device(t_start: float, device_s: float, ctx: WorkerContext) -> dict[str, float]:
-    """Sleep until an action begun at t_start (ctx_now clock) has lasted device_s; its compute_s and injected_s.
-
-    device_s = 0 (real compute only) sleeps nothing. The sleep is the *injected* time of an emulated device: the
-    stage's own core is free meanwhile, which is why p stages can overlap on fewer than p cores.
-    """
-    compute = ctx_now(ctx) - t_start
-    if device_s <= 0:
-        return {"compute_s": compute, "injected_s": 0.0}
-    end = time.perf_counter() + max(0.0, device_s - compute)
-    while (left := end - time.perf_counter()) > 0:  # time.sleep may wake early on a signal; finish the wait
-        time.sleep(left)
-    return {"compute_s": compute, "injected_s": ctx_now(ctx) - t_start - compute}
-
-
-def _agree_to_stop(comm: Comm, stop: bool) -> bool:
-    """True on every stage when any stage was asked to stop (one tiny allreduce per step, bounded by a timeout)."""
-    flag = torch.tensor([1.0 if stop else 0.0], device=comm.device)
-    comm.wait_all([dist.all_reduce(flag, op=dist.ReduceOp.MAX, async_op=True)], "the vote on stopping")
-    return bool(flag.item() > 0)
-
-
 def pipeline_rank(ctx: WorkerContext, comm: Comm, config: Any) -> dict[str, Any]:
     """One stage of one replica: train config.steps steps with config.schedule; returns its parameters."""
-    from .experiment import training_data  # the data set is rebuilt from its seed on every worker
-
     layout = Layout(config.stages, config.replicas, comm.rank)
     p, s, dev = config.stages, layout.stage, comm.device
     dp_groups = data_parallel_groups(layout)
@@ -101,7 +72,7 @@ def pipeline_rank(ctx: WorkerContext, comm: Comm, config: Any) -> dict[str, Any]
                 if last:  # the loss of the whole batch is the sum of the microbatches' shares
                     out = nn.functional.cross_entropy(out, y[rows], reduction="sum") / len(batch)
                     loss_sum += float(out.item())
-                _sync(dev)
+                device_sync(dev)
                 emulated = emulate_device(t, config.emulated_forward_s, ctx)
                 held[k] = (x, out)
                 peak = max(peak, len(held))
@@ -120,7 +91,7 @@ def pipeline_rank(ctx: WorkerContext, comm: Comm, config: Any) -> dict[str, Any]
                 t = ctx_now(ctx)
                 if out.requires_grad:
                     out.backward(grad)
-                _sync(dev)
+                device_sync(dev)
                 emulated = emulate_device(t, config.backward_device_s, ctx)
                 ctx.emit(step=step, event="backward", microbatch=k, t_start=t, duration=ctx_now(ctx) - t,
                          held=len(held), **emulated)
@@ -138,7 +109,7 @@ def pipeline_rank(ctx: WorkerContext, comm: Comm, config: Any) -> dict[str, Any]
                      staleness=staleness)
         elif applied:
             ctx.emit(step=step, event="stage_update", version_read=step - staleness, staleness=staleness)
-        if _agree_to_stop(comm, ctx.should_stop()):
+        if agree_to_stop(comm, ctx.should_stop()):
             stopped = True
             break
     for group in dp_groups:
@@ -158,11 +129,6 @@ def _receives(actions: list[tuple[str, int]], slices: list[slice], shapes: list[
         elif kind == "B" and nxt >= 0:
             out.append(((n, *shapes[s + 1]), nxt, f"gradient of microbatch {k}"))
     return out
-
-
-def ctx_now(ctx: WorkerContext) -> float:
-    """Seconds since the run started, on the same clock as the trace's `time` column."""
-    return time.time() - ctx.t0
 
 
 @torch.no_grad()

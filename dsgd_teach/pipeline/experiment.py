@@ -14,11 +14,11 @@ from torch import nn
 
 from ..collectives.group import DEVICES, plan_group, run_in_group
 from ..config import Config, check_choice, check_float, check_int
-from ..problem import ProblemSpec, get_problem
 from ..sgd import batch_indices
 from ..trace import OnUpdate, Result, TraceRecorder
 from .decoupled import decoupled_rank
 from .engine import pipeline_rank
+from .rank_support import training_data
 from .schedules import SCHEDULES, ideal_bubble
 from .stages import PIPELINE_MODELS, build_units, stage_bounds
 
@@ -115,12 +115,6 @@ class PipelineConfig(Config):
     def stage_staleness(self, stage: int) -> int:
         """Steps between computing and applying a gradient at `stage` (0 except for the decoupled schedule)."""
         return self.gradient_delay * (self.stages - 1 - stage) if self.schedule == "decoupled" else 0
-
-
-def training_data(config: Any) -> tuple[np.ndarray, np.ndarray]:
-    """Digits training rows (float32) and labels, rebuilt from the seed in whichever process asks."""
-    train = get_problem(ProblemSpec("digits", "logreg", config.seed, config.n_samples)).train
-    return np.asarray(train.X, dtype=np.float32), np.asarray(train.y, dtype=np.int64)
 
 
 def reference_training(config: PipelineConfig) -> tuple[np.ndarray, np.ndarray, list[float]]:
