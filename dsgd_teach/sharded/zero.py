@@ -159,6 +159,7 @@ class ZeroAdam:
         for u in self.units:
             g = u.grad_shard.float() / (self.comm.world * scale)
             grads.append(all_gather(self.comm, g, self.how) if self.stage == 0 else g)
+        self.grad_norm = float(torch.sqrt(sum((g.double() ** 2).sum() for g in grads)))  # this rank's shard, unscaled
         if self.scaler is not None:
             bad = torch.tensor([float(any(not torch.isfinite(g).all() for g in grads))], device=self.comm.device)
             self.comm.wait_all([dist.all_reduce(bad, op=dist.ReduceOp.MAX, async_op=True)], "the overflow vote")

@@ -139,7 +139,7 @@ def zero_rank(ctx: WorkerContext, comm: Comm, config: ZeroConfig) -> dict[str, n
         held = zero.last_held
         cuda = torch.cuda.max_memory_allocated(dev) if dev.type == "cuda" else 0
         ctx.emit(step=step, event="update", loss=float(loss.detach()), step_s=step_s, applied=applied, stage=config.stage,
-                 loss_scale=scale, bytes_sent=sum(m["bytes"] for m in sent),
+                 loss_scale=scale, grad_norm=zero.grad_norm, bytes_sent=sum(m["bytes"] for m in sent),
                  elements_sent=sum(m["elements"] for m in sent), elements_formula=traffic_formula(psi, comm.world, config.stage),
                  held_params=held["params"], held_grads=held["grads"], held_optimizer=held["optimizer"],
                  held_total=held["total"], peak_bytes=zero.peak, activation_bytes=saved[0], cuda_max_bytes=cuda,
