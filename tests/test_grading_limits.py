@@ -164,9 +164,9 @@ def test_without_cgroups_the_batch_says_what_is_not_enforced(monkeypatch):
 SETUP = "import numpy as np\nfrom dsgd_teach.grading.checks import check\n"
 SOLUTION = "def work(n):\n    ### BEGIN SOLUTION\n    return sum(i % 7 for i in range(n))\n    ### END SOLUTION\n"
 TEST = "check('work(200000)', work(200_000), sum(i % 7 for i in range(200_000)))\n"
-SPIN_S = 30
+SPIN_S = 45  # the spinners' life; the honest notebook must be done before it ends
 SPINNER = PRELUDE + r'''
-_run(["/bin/sh", "-c", "for i in $(seq 60); do setsid /bin/sh -c 'while :; do :; done' "
+_run(["/bin/sh", "-c", "for i in $(seq 60); do setsid /usr/bin/timeout SPIN_S /bin/sh -c 'while :; do :; done' "
       "</dev/null >/dev/null 2>&1 & done"])
 import time
 time.sleep(SPIN_S)

@@ -232,6 +232,9 @@ def test_an_ordinary_user_grades_a_hostile_class_in_the_sandbox():
             cmd = as_user
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=560, cwd=work)
         assert done.returncode == 0, done.stderr[-2000:]
+        limits = json.loads((work / "out" / "grading.json").read_text())["cgroup_limits"]
+        if not limits["enforced"]:  # no delegated cgroup for this user: said, never silently skipped
+            assert limits["why"] and "cgroup limits are NOT enforced" in done.stderr, (limits, done.stderr[-500:])
         with open(work / "out" / "grades.csv", newline="") as fh:
             every = list(csv.DictReader(fh))
         rows = [r for r in every if r["question"] != "(integrity)"]
