@@ -21,7 +21,7 @@ from distributed import Client, Future
 from ..cluster import worker_addresses
 from ..models import loss_and_grad
 from ..problem import ProblemSpec, get_problem
-from ..sgd import batch_indices
+from ..sampling import batch_indices
 from ..trace import OnUpdate, Result, StopRequested, TraceRecorder
 from .config import FedAvgConfig
 from .partitions import client_rows

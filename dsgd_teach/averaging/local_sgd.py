@@ -28,7 +28,7 @@ from ..collectives.group import plan_group, run_in_group
 from ..live import RankInterrupted, WorkerContext, WorkerLost
 from ..models import loss_and_grad
 from ..problem import get_problem
-from ..sgd import batch_indices
+from ..sampling import batch_indices
 from ..trace import OnUpdate, Result, TraceRecorder
 from .config import LocalSGDConfig
 

@@ -19,7 +19,7 @@ from ..config import check_choice, check_float, check_int
 from ..live import WorkerContext
 from ..models import loss_and_grad
 from ..problem import TrainingConfig, get_problem
-from ..sgd import batch_indices
+from ..sampling import batch_indices
 from ..trace import OnUpdate, Result, TraceRecorder
 from .algorithms import check_algorithm, get_allreduce
 from .comm import Comm

@@ -22,7 +22,7 @@ from torch import nn
 
 from ..collectives.comm import Comm
 from ..live import WorkerContext
-from ..sgd import batch_indices
+from ..sampling import batch_indices
 from .hybrid import Layout, average_replicas, data_parallel_groups
 from .link import StageLink
 from .rank_support import agree_to_stop, ctx_now, device_sync, emulate_device, training_data

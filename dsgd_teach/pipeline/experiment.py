@@ -14,7 +14,7 @@ from torch import nn
 
 from ..collectives.group import DEVICES, plan_group, run_in_group
 from ..config import Config, check_choice, check_float, check_int
-from ..sgd import batch_indices
+from ..sampling import batch_indices
 from ..trace import OnUpdate, Result, TraceRecorder
 from .decoupled import decoupled_rank
 from .engine import pipeline_rank

@@ -15,7 +15,7 @@ from distributed import Client
 from ..live import WorkerContext
 from ..models import loss_and_grad
 from ..problem import get_problem
-from ..sgd import batch_indices
+from ..sampling import batch_indices
 from ..trace import OnUpdate, Result
 from .config import SyncPSConfig
 from .replica import Stopped, emit_fetch, emit_push, leave_thread_pool, retrying

@@ -1,7 +1,7 @@
 """Chapter 01: sequential SGD (the baseline every chapter compares against) and synchronous data parallelism."""
 
+from ..sampling import batch_indices
 from .data_parallel import DataParallelConfig, averaged_gradient, run_data_parallel
-from .sampler import batch_indices
 from .sequential import SGDConfig, run_sgd, sgd_steps
 
 __all__ = [

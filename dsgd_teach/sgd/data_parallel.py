@@ -16,8 +16,8 @@ from ..live import pick_workers
 from ..memory import wait_futures
 from ..models import loss_and_grad
 from ..problem import ProblemSpec, get_problem
+from ..sampling import batch_indices
 from ..trace import OnUpdate, Result, StopRequested, TraceRecorder
-from .sampler import batch_indices
 from .sequential import SGDConfig
 
 

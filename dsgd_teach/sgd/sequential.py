@@ -12,8 +12,8 @@ from distributed import Client
 from ..live import WorkerContext, run_live
 from ..models import loss_and_grad
 from ..problem import ProblemSpec, TrainingConfig, get_problem
+from ..sampling import batch_indices
 from ..trace import OnUpdate, Result, TraceRecorder
-from .sampler import batch_indices
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import simpy
 
 from ..models import loss_and_grad
 from ..problem import Problem, get_problem
-from ..sgd import batch_indices
+from ..sampling import batch_indices
 from ..syncasync.settings import EvalRecorder
 from ..trace import OnUpdate
 from .config import SimConfig

@@ -21,7 +21,7 @@ from ..live import WorkerContext, pick_workers, run_live
 from ..models import loss_and_grad
 from ..problem import get_problem
 from ..ps.optimizers import DEFAULT_DC_LAMBDA, OPTIMIZERS
-from ..sgd import batch_indices
+from ..sampling import batch_indices
 from ..trace import OnUpdate, Result
 from .actors import AsyncServer
 from .settings import ChapterConfig, EvalRecorder, check_cluster, summarize

@@ -17,7 +17,7 @@ import pandas as pd
 from ..models import loss_and_grad
 from ..problem import get_problem
 from ..ps.optimizers import make_optimizer
-from ..sgd import batch_indices
+from ..sampling import batch_indices
 
 
 def replay_async(config: Any, trace: pd.DataFrame, world: int | None = None) -> np.ndarray:

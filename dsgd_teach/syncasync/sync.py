@@ -19,7 +19,7 @@ from ..config import check_bool, check_int
 from ..live import WorkerContext, pick_workers, run_live
 from ..models import loss_and_grad
 from ..problem import get_problem
-from ..sgd import batch_indices
+from ..sampling import batch_indices
 from ..trace import OnUpdate, Result
 from .actors import SyncCoordinator, pack, unpack
 from .onebit import OneBitCompressor, raw_nbytes

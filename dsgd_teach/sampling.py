@@ -1,4 +1,4 @@
-"""Deterministic minibatch sampling: the batch at step t depends only on (seed, rank, t), never on history.
+"""Deterministic minibatch sampling, shared by every chapter: the batch at step t depends only on (seed, rank, t).
 
 Each epoch is a fresh permutation drawn from a private generator seeded by (seed + rank, epoch), so a retried task,
 a one-worker parallel run and the sequential baseline all see exactly the same batches.
@@ -10,7 +10,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..config import check_int
+from .config import check_int
 
 
 @lru_cache(maxsize=64)
