@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 
+import psutil
 import pytest
 from grading_attacks import PRELUDE
 
@@ -185,6 +186,11 @@ def work(n):
 '''
 
 
+def _spinning() -> int:
+    """How many of the spinner's busy loops are running on this machine."""
+    return sum("while :; do :; done" in " ".join(p.info["cmdline"] or []) for p in psutil.process_iter(["cmdline"]))
+
+
 def _cells(solution: str) -> list[dict[str, str]]:
     return [{"source": SETUP}, {"source": solution}, {"source": TEST, "grade_id": "lim_q1_tests"}]
 
@@ -204,7 +210,11 @@ def test_a_spinner_and_a_memfd_hog_graded_beside_an_honest_student():
 
     threads = [threading.Thread(target=grade, args=a)
                for a in (("spinner", SPINNER), ("honest", SOLUTION), ("memfd", MEMFD_HOG))]
-    for t in threads:
+    threads[0].start()
+    deadline = time.monotonic() + 120
+    while _spinning() < 20 and time.monotonic() < deadline and threads[0].is_alive():
+        time.sleep(0.5)  # the honest notebook starts once the spinners spin, and must end before they do
+    for t in threads[1:]:
         t.start()
     for t in threads:
         t.join()
