@@ -18,6 +18,7 @@ from ..syncasync.delays import (
     STRAGGLER_MODELS,
     DelayModel,
     as_script,
+    fixed_delay,
     frozen_script,
     validate_script,
 )
@@ -50,13 +51,9 @@ class SimDelays:
 
     def injected(self, rank: int, step: int) -> float:
         """Straggler delay (seconds) of rank at step: the script if any, else chapter 04's model."""
-        if self.script is not None:
-            row = self.script[rank]
-            return float(row[step]) if step < len(row) else 0.0
-        if self.kind == "none" or self.severity == 0.0:
-            return 0.0
-        if self.kind == "slow_worker":
-            return float(self.severity) if rank == self.world - 1 else 0.0
+        fixed = fixed_delay(self.kind, self.severity, self.script, self.world, rank, step)
+        if fixed is not None:
+            return fixed
         if self._model is not None:
             return self._model.delay(rank, step)
         return float(self._draws(step, "delay")[rank])

@@ -14,11 +14,28 @@ from typing import Any
 import numpy as np
 
 from ..config import check_choice, check_float, check_int
+from ..machine import MAX_WORKERS
 
 STRAGGLER_MODELS = ("none", "exponential", "lognormal", "slow_worker")
 
 #: Shape of the log-normal tail: median ~ 0.32 x mean, 99th percentile ~ 11 x mean (a heavy tail).
 LOGNORMAL_SIGMA = 1.5
+
+
+def fixed_delay(kind: str, severity: float, script: Sequence[Sequence[float]] | None, world: int, rank: int,
+                step: int) -> float | None:
+    """The delay of rank at step when no random draw decides it (a script, no straggler, the slow worker), else None.
+
+    A script gives each rank's delay per step (0 after its end); the slow worker is always the last rank.
+    """
+    if script is not None:
+        row = script[rank]
+        return float(row[step]) if step < len(row) else 0.0
+    if kind == "none" or severity == 0.0:
+        return 0.0
+    if kind == "slow_worker":
+        return float(severity) if rank == world - 1 else 0.0
+    return None
 
 
 @dataclass(frozen=True)
@@ -40,19 +57,15 @@ class DelayModel:
         check_choice("straggler", self.kind, STRAGGLER_MODELS)
         check_float("severity", self.severity, 0.0, 10.0)
         check_int("seed", self.seed, 0, 2**31 - 1)
-        check_int("world", self.world, 1, 64)
+        check_int("world", self.world, 1, MAX_WORKERS)
         if self.script is not None:
             validate_script(self.script, self.world)
 
     def delay(self, rank: int, step: int) -> float:
         """Seconds of injected delay for rank at step (0.0 when there is none)."""
-        if self.script is not None:
-            row = self.script[rank]
-            return float(row[step]) if step < len(row) else 0.0
-        if self.kind == "none" or self.severity == 0.0:
-            return 0.0
-        if self.kind == "slow_worker":
-            return float(self.severity) if rank == self.world - 1 else 0.0
+        fixed = fixed_delay(self.kind, self.severity, self.script, self.world, rank, step)
+        if fixed is not None:
+            return fixed
         rng = np.random.default_rng([self.seed, rank, step])
         if self.kind == "exponential":
             return float(rng.exponential(self.severity))
