@@ -16,7 +16,10 @@ def plot_timeline(ax: Axes, trace: pd.DataFrame, step: int | None = None, rank: 
     """One rank's step as a Gantt chart: the last backward pass and each bucket's allreduce, in milliseconds."""
     t = trace[trace.worker == rank]
     if step is None:
-        step = int(t[t.event == "update"].step.max())
+        done = t[t.event == "update"]
+        if not len(done):  # a live trace may not have this rank's first step yet
+            return
+        step = int(done.step.max())
     t = t[t.step == step]
     upd = t[t.event == "update"]
     if not len(upd):
@@ -38,7 +41,10 @@ def plot_timeline(ax: Axes, trace: pd.DataFrame, step: int | None = None, rank: 
 def plot_memory(ax: Axes, results: Mapping[str, pd.DataFrame]) -> None:
     """Bytes each rank held at the optimizer step, stacked by kind, with the formula as a black tick (MiB)."""
     for x, trace in enumerate(results.values()):
-        ups = trace[(trace.event == "update") & (trace.worker == 0)]
+        ups = trace[trace.event == "update"]
+        if not len(ups):  # a live trace before the first step
+            continue
+        ups = ups[ups.worker == ups.worker.min()]
         last = ups[ups.step == ups.step.max()].iloc[0]
         bottom = 0.0
         for col, name, color in PARTS:
@@ -58,7 +64,8 @@ def plot_zero_live(fig: Figure, trace: pd.DataFrame) -> None:
     ups = trace[trace.event == "update"] if len(trace) else trace
     if len(ups) and "held_params" in ups:
         plot_memory(ax_mem, {f"stage {int(ups.stage.iloc[0]) if 'stage' in ups else ''}": trace})
-        ax_loss.plot(ups[ups.worker == 0].step, ups[ups.worker == 0].loss, marker=".")
+        first = ups[ups.worker == ups.worker.min()]
+        ax_loss.plot(first.step, first.loss, marker=".")
     ax_loss.set_xlabel("step")
     ax_loss.set_ylabel("training loss (rank 0's batch)")
 
@@ -69,8 +76,8 @@ def plot_ddp_live(fig: Figure, trace: pd.DataFrame) -> None:
     ax_tl, ax_time = fig.subplots(1, 2)
     ups = trace[trace.event == "update"] if len(trace) else trace
     if len(ups):
-        plot_timeline(ax_tl, trace)
-        r0 = ups[ups.worker == 0]
+        plot_timeline(ax_tl, trace, rank=int(ups.worker.min()))
+        r0 = ups[ups.worker == ups.worker.min()]
         ax_time.plot(r0.step, r0.step_s * 1e3, marker=".")
     ax_time.set_xlabel("step")
     ax_time.set_ylabel("step time (ms)")
