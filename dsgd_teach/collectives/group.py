@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlparse
 
 import torch
 import torch.distributed as dist
@@ -22,6 +21,7 @@ from distributed import Client
 
 from ..cluster import visible_gpus, worker_addresses
 from ..live import WorkerContext, run_live
+from ..machine import host_of
 from ..trace import TraceRecorder
 from ..workers import get_workers, interleave_hosts, rendezvous_host
 from .comm import Comm
@@ -44,7 +44,7 @@ class GroupSpec:
 
 def group_hosts(spec: GroupSpec) -> str:
     """The hosts the group's ranks run on, comma-separated (one host, or several for a group across machines)."""
-    return ",".join(sorted({worker_host(a) for a in spec.workers})) or spec.host
+    return ",".join(sorted({host_of(a) for a in spec.workers})) or spec.host
 
 
 def find_free_port(host: str = "127.0.0.1") -> int:
@@ -64,11 +64,6 @@ def port_is_free(host: str, port: int) -> bool:
         except OSError:
             return False
     return True
-
-
-def worker_host(address: str) -> str:
-    """The host part of a dask worker address such as tcp://127.0.0.1:40123."""
-    return urlparse(address).hostname or "127.0.0.1"
 
 
 def ensure_workers(client: Client, n: int) -> list[str]:
@@ -152,7 +147,7 @@ def process_group(spec: GroupSpec, rank: int) -> Iterator[Comm]:
         torch.cuda.set_device(device)
     timeout = datetime.timedelta(seconds=spec.timeout_s)
     extra = {"device_id": device} if device.type == "cuda" else {}
-    own_host = worker_host(spec.workers[rank]) if spec.workers else spec.host
+    own_host = host_of(spec.workers[rank]) if spec.workers else spec.host
     with gloo_interface(own_host):
         dist.init_process_group(
             spec.backend, init_method=f"tcp://{spec.host}:{spec.port}", rank=rank, world_size=spec.world,
