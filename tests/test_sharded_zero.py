@@ -70,3 +70,16 @@ def test_config_names_the_bad_field():
         ZeroConfig(stage=4)
     with pytest.raises(ValueError, match="precision"):
         ZeroConfig(precision="fp8")
+
+
+def test_memory_and_traffic_at_four_ranks(client):
+    """N = 4 (the shared cluster grown for the test): every stage holds its formula's bytes (within 10 %) and
+    sends exactly its count."""
+    client.resize(4)
+    try:
+        for stage in range(4):
+            s = run_zero(ZeroConfig(workers=4, stage=stage, precision="bf16", steps=2, depth=6), client).summary
+            assert abs(s["held_bytes"] / s["formula_bytes"] - 1) <= 0.10, (stage, s)
+            assert s["elements_sent"] == traffic_formula(s["psi"], 4, stage), (stage, s)
+    finally:
+        client.resize(2)
