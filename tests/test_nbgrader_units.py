@@ -11,7 +11,7 @@ from dsgd_teach.grading import batch as grading
 from dsgd_teach.grading.batch import Limits
 from dsgd_teach.grading.nbg.batches import GradingBatch, GradingEnvironmentError, log_path_for, read_batches
 from dsgd_teach.grading.nbg.preprocessors import DsgdGrade, RedactFeedback, _apply
-from dsgd_teach.grading.nbg.redact import check_statuses, redact_source, verdict_lines, verdict_output
+from dsgd_teach.grading.nbg.redact import check_statuses, redact_source, verdict_lines, verdict_outputs
 from dsgd_teach.grading.notebook import load_assignment
 from dsgd_teach.grading.values import encode
 from dsgd_teach.grading.verdict import Grade
@@ -44,9 +44,24 @@ def test_each_hidden_check_is_listed_in_words_with_its_status():
     assert "h1: expects a float array of shape (2,), within rtol=1e-09, atol=0 -> passed" in lines[2]
     assert "h3: expects an integer-valued array of shape (1, 2)" in lines[4] and lines[4].endswith("not reached")
     assert not any(value in "\n".join(lines[1:]) for value in ("1.5", "2.5", "7.0"))
-    assert verdict_output(records, failed)["output_type"] == "error"
+    assert [o["output_type"] for o in verdict_outputs(records, failed)] == ["error"]
     passed = Grade("q", 3.0, 3.0, "passed")
-    assert verdict_output(records, passed)["output_type"] == "stream"
+    assert [o["output_type"] for o in verdict_outputs(records, passed)] == ["stream"]
+
+
+def test_nbgrader_scores_the_verdict_with_its_partial_credit():
+    """nbgrader's own determine_grade reads the outputs: 0 for nothing, the points earned, all of them."""
+    from nbgrader.utils import determine_grade
+
+    records = [_rec("visible", 1.0, False), _rec("h1", 2.0, True), _rec("h2", 7.0, True)]
+    cell = nbformat.v4.new_code_cell("check(...)")
+    cell.metadata["nbgrader"] = {"grade": True, "solution": False, "grade_id": "q", "points": 3, "locked": True,
+                                 "schema_version": 3, "task": False}
+    for grade, earned in [(Grade("q", 0.0, 3.0, "hidden check 'h1' failed"), 0.0),
+                          (Grade("q", 1.5, 3.0, "hidden check 'h2' failed"), 1.5),
+                          (Grade("q", 3.0, 3.0, "passed"), 3.0)]:
+        cell.outputs = verdict_outputs(records, grade)
+        assert determine_grade(cell) == (earned, 3.0), grade
 
 
 def test_apply_writes_one_verdict_per_test_cell_and_re_adds_deleted_ones():

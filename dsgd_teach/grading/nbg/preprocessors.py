@@ -27,7 +27,7 @@ from ..batch import Limits, Submission
 from ..notebook import Assignment, nbgrader_meta
 from ..verdict import Grade
 from .batches import GradingBatch, GradingEnvironmentError, log_path_for
-from .redact import REF_PATTERN, redact_source, redact_text, verdict_lines, verdict_output
+from .redact import REF_PATTERN, redact_source, redact_text, verdict_lines, verdict_outputs
 
 RESOURCE_KEY = "dsgd_grading"
 ENVIRONMENT_FAILURES = ("grading kernel failed to start", "the grading process failed")
@@ -118,7 +118,7 @@ def _apply(nb: Any, assignment: Assignment, reference: dict[str, Any], grades: l
 
 def _set_verdict(cell: Any, records: list[dict[str, Any]], grade: Grade) -> None:
     cell.source = redact_source(cell.source)
-    cell.outputs = [verdict_output(records, grade)]
+    cell.outputs = verdict_outputs(records, grade)
     cell.execution_count = None
 
 

@@ -63,9 +63,15 @@ def verdict_lines(records: list[dict[str, Any]], grade: Grade) -> list[str]:
     return lines
 
 
-def verdict_output(records: list[dict[str, Any]], grade: Grade) -> Any:
-    """An nbformat output for a graded cell: plain text when it passed, an error (scored 0 by nbgrader) when not."""
+def verdict_outputs(records: list[dict[str, Any]], grade: Grade) -> list[Any]:
+    """nbformat outputs for a graded cell, read by nbgrader's determine_grade: the verdict as plain text when it
+    earned full marks; the text and then an execute_result holding the points earned when partly right (nbgrader's
+    partial credit); an error (scored 0) when it earned nothing."""
     lines = verdict_lines(records, grade)
+    text = nbformat.v4.new_output("stream", name="stdout", text="\n".join(lines) + "\n")
     if grade.points == grade.max_points:
-        return nbformat.v4.new_output("stream", name="stdout", text="\n".join(lines) + "\n")
-    return nbformat.v4.new_output("error", ename="GradingVerdict", evalue=grade.reason, traceback=lines)
+        return [text]
+    if grade.points > 0:
+        points = nbformat.v4.new_output("execute_result", data={"text/plain": f"{grade.points:g}"}, execution_count=None)
+        return [text, points]
+    return [nbformat.v4.new_output("error", ename="GradingVerdict", evalue=grade.reason, traceback=lines)]
