@@ -173,7 +173,11 @@ def load(tag: str) -> Hosts:
 
 
 def shaped_unavailable() -> str | None:
-    """Why chapter 05 cannot make shaped hosts here (None when it can): no root or tools, or an outside deployment."""
+    """Why chapter 05 cannot make shaped hosts here (None when it can): turned off with DSGD_SHAPED_HOSTS=0, no root
+    or tools, or an outside deployment."""
+    if os.environ.get("DSGD_SHAPED_HOSTS", "1").strip() == "0":
+        return ("turned off (DSGD_SHAPED_HOSTS=0): the five extra processes, each importing torch, would not fit in "
+                "the memory this kernel is given")
     reason = available()
     if reason:
         return reason

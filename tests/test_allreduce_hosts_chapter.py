@@ -75,3 +75,11 @@ def test_a_measurement_becomes_a_labelled_picture(monkeypatch) -> None:
     title = plt.gcf().axes[0].get_title()
     assert "emulated hosts" in title and "200mbit" in title, "the plot says which mode drew it"
     plt.close("all")
+
+
+def test_the_shaped_hosts_can_be_turned_off(monkeypatch, no_hosts_made) -> None:
+    """DSGD_SHAPED_HOSTS=0 (a kernel with little memory) makes nothing even where namespaces could be made."""
+    monkeypatch.setattr(hosts, "available", lambda: None)
+    monkeypatch.setenv("DSGD_SHAPED_HOSTS", "0")
+    assert "DSGD_SHAPED_HOSTS=0" in hosts.shaped_allreduce()["skipped"]
+    assert "DSGD_SHAPED_HOSTS=0" in _run_cell()
