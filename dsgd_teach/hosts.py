@@ -21,8 +21,11 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 STATE_DIR = Path("/run/dsgd-hosts")
 NET_PREFIX = "10.213"
@@ -197,21 +200,11 @@ def shaped_allreduce(worlds: tuple[int, ...] = (3, 4), rate: str = "200mbit", mi
     "algorithm", "measured_s", "predicted_s"}, ...], "alpha_us", "link_MBps", "hosts"}, or {"skipped": reason}
     where namespaces cannot be made (not root, Binder, another deployment).
     """
-    import tempfile
-
-    from . import deployment
-
     reason = shaped_unavailable()
     if reason:
         return {"skipped": reason}
     t0 = time.perf_counter()
-    work = Path(tempfile.mkdtemp(prefix="dsgd-shaped-"))
-    h = up(1 + max(worlds), rate=rate)
-    dep = None
-    try:
-        dep = deployment.start_scheduler(work, host=h.ips[0], prefix=h.prefix(0))
-        for i in range(1, len(h.ips)):  # all the emulated hosts share this machine's cores: one thread each
-            deployment.start_worker(dep, host=h.ips[i], prefix=h.prefix(i), env={"OMP_NUM_THREADS": "1"})
+    with shaped_deployment(1 + max(worlds), rate) as (h, dep):
         args = ["measure", dep.address, "--worlds", *map(str, worlds), "--mib", str(mib), "--repeats", str(repeats)]
         proc = h.run(0, sys.executable, "-m", "dsgd_teach.hosts", *args, capture_output=True, text=True,
                      timeout=timeout_s)
@@ -219,6 +212,24 @@ def shaped_allreduce(worlds: tuple[int, ...] = (3, 4), rate: str = "200mbit", mi
             raise RuntimeError(f"measuring on the shaped hosts failed:\n{proc.stderr[-3000:]}")
         out = json.loads(proc.stdout.strip().splitlines()[-1])
         return {"rate": rate, "mib": mib, **out, "wall_s": time.perf_counter() - t0}
+
+
+@contextmanager
+def shaped_deployment(n_hosts: int, rate: str) -> Iterator[tuple[Hosts, Any]]:
+    """n_hosts emulated hosts with links shaped to rate, a dask scheduler on host 0 started with dask's command line
+    and one single-threaded worker on each other host; all of it stopped and removed on the way out."""
+    import tempfile
+
+    from . import deployment
+
+    work = Path(tempfile.mkdtemp(prefix="dsgd-shaped-"))
+    h = up(n_hosts, rate=rate)
+    dep = None
+    try:
+        dep = deployment.start_scheduler(work, host=h.ips[0], prefix=h.prefix(0))
+        for i in range(1, len(h.ips)):  # all the emulated hosts share this machine's cores: one thread each
+            deployment.start_worker(dep, host=h.ips[i], prefix=h.prefix(i), env={"OMP_NUM_THREADS": "1"})
+        yield h, dep
     finally:
         try:
             if dep is not None:

@@ -20,11 +20,8 @@ while another process took 1.5 of the 2 cores).
 from __future__ import annotations
 
 import json
-import shutil
 import statistics
 import sys
-import tempfile
-from pathlib import Path
 from typing import Any
 
 RATE = "200mbit"
@@ -73,19 +70,12 @@ def _inside(address: str) -> dict[str, Any]:
 
 def measure() -> dict[str, float | str]:
     """Make the shaped hosts, start dask on them with its CLI, measure from host 0, tear everything down."""
-    from .. import deployment, hosts
+    from .. import hosts
 
     reason = hosts.available()
     if reason:
         return {"skipped": f"shaped hosts need network namespaces: {reason}"}
-    work = Path(tempfile.mkdtemp(prefix="dsgd-shaped-"))
-    h = hosts.up(1 + max(WORLDS), rate=RATE)
-    dep = None
-    try:
-        dep = deployment.start_scheduler(work, host=h.ips[0], prefix=h.prefix(0))
-        for i in range(1, len(h.ips)):
-            # one torch thread per rank: all the emulated hosts share this machine's cores
-            deployment.start_worker(dep, host=h.ips[i], prefix=h.prefix(i), env={"OMP_NUM_THREADS": "1"})
+    with hosts.shaped_deployment(1 + max(WORLDS), RATE) as (h, dep):
         proc = h.run(0, sys.executable, "-m", "dsgd_teach.bench.shaped_hosts", dep.address,
                      capture_output=True, text=True, timeout=600)
         if proc.returncode != 0:
@@ -93,14 +83,6 @@ def measure() -> dict[str, float | str]:
         figures = json.loads(proc.stdout.strip().splitlines()[-1])
         figures["tcp_retransmits"] = float(hosts.retransmits(h))
         return figures
-    finally:
-        try:
-            if dep is not None:
-                dep.stop()
-        finally:
-            h.down()
-            shutil.rmtree(work, ignore_errors=True)
-
 
 if __name__ == "__main__":
     print(json.dumps(_inside(sys.argv[1])))
