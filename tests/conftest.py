@@ -64,6 +64,15 @@ def fresh_client():
         yield c
 
 
+@pytest.fixture(scope="module")
+def gpu_client():
+    """A GPU cluster (one worker per GPU, at most two) for a module of `gpu` tests; they skip without CUDA."""
+    import torch
+
+    with start_client(min(2, torch.cuda.device_count()), quiet=True, use_gpu=True) as c:
+        yield c
+
+
 @pytest.fixture(scope="session", autouse=True)
 def nothing_left_behind():
     """After the whole session: no stray child processes or new shared-memory blocks."""

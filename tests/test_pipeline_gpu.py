@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 import torch
 
-from dsgd_teach.cluster import start_client
 from dsgd_teach.pipeline import PipelineConfig, reference_training, run_pipeline
 
 pytestmark = [
@@ -19,12 +18,6 @@ pytestmark = [
 ]
 
 CONFIG = PipelineConfig(depth=4, hidden=32, steps=3, batch_size=24, microbatches=3, lr=0.2, device="cuda", seed=2)
-
-
-@pytest.fixture(scope="module")
-def gpu_client():
-    with start_client(min(2, torch.cuda.device_count()), quiet=True, use_gpu=True) as c:
-        yield c
 
 
 @pytest.mark.timeout(300)

@@ -5,19 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dsgd_teach.cluster import start_client
 from dsgd_teach.sharded import DDPConfig, ZeroConfig, run_ddp, run_zero
 
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
 ]
-
-
-@pytest.fixture(scope="module")
-def gpu_client():
-    with start_client(min(2, torch.cuda.device_count()), quiet=True, use_gpu=True) as c:
-        yield c
 
 
 @pytest.mark.timeout(300)
