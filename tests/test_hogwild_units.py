@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -196,16 +197,16 @@ def test_shards_are_disjoint_and_orders_are_permutations() -> None:
 
 
 def test_block_is_shared_zeroed_and_unlinked() -> None:
-    before = leftover_blocks()
+    before = leftover_blocks(os.getpid())
     with create_block([("w", "f8", 10), ("ready", "i8", 3)]) as block:
         name = block.spec.name
-        assert name in leftover_blocks()
+        assert name in leftover_blocks(os.getpid()) and name in leftover_blocks()
         assert not block["w"].any() and block["ready"].shape == (3,)
         with attach_block(block.spec) as other:
             other["w"][4] = 2.5
         assert block["w"][4] == 2.5
     assert name not in leftover_blocks()
-    assert leftover_blocks() == before
+    assert leftover_blocks(os.getpid()) == before
 
 
 def test_block_is_unlinked_when_the_body_raises() -> None:

@@ -22,7 +22,7 @@ import numpy as np
 
 from .mutex import MUTEX_BYTES, destroy_mutex, init_mutex
 
-#: Every block this chapter creates is named with this prefix (it shows up as /dev/shm/dsgd_hw_* on Linux).
+#: Every block this chapter creates is named PREFIX + creator's pid + "_" + a random tag (/dev/shm/dsgd_hw_* on Linux).
 PREFIX = "dsgd_hw_"
 _ALIGN = 64  # one cache line: arrays never share a line with the mutex or with each other
 
@@ -81,7 +81,7 @@ class SharedBlock:
 @contextmanager
 def create_block(arrays: list[tuple[str, str, int]]) -> Iterator[SharedBlock]:
     """Create a zeroed block with an initialised mutex; on exit, close and unlink it whatever happened."""
-    spec = BlockSpec(PREFIX + uuid.uuid4().hex[:16], tuple(arrays))
+    spec = BlockSpec(f"{PREFIX}{os.getpid()}_{uuid.uuid4().hex[:12]}", tuple(arrays))
     shm = SharedMemory(name=spec.name, create=True, size=spec.nbytes)
     block = None
     try:
@@ -133,6 +133,7 @@ def attach_block(spec: BlockSpec) -> Iterator[SharedBlock]:
         block.close()
 
 
-def leftover_blocks() -> list[str]:
-    """Names of this chapter's blocks still present in /dev/shm (empty where the OS has no /dev/shm)."""
-    return sorted(os.path.basename(p) for p in glob.glob(os.path.join("/dev/shm", PREFIX + "*")))
+def leftover_blocks(creator: int | None = None) -> list[str]:
+    """Names of this chapter's blocks in /dev/shm, only those process `creator` made if given (empty without /dev/shm)."""
+    pattern = PREFIX + ("*" if creator is None else f"{creator}_*")
+    return sorted(os.path.basename(p) for p in glob.glob(os.path.join("/dev/shm", pattern)))
