@@ -324,6 +324,21 @@ def push_staleness(events):
 """),
 ]
 
+_ASYNC = """
+def async_sgd(w0, grad_fn, compute_times, n_updates, base_lr):
+    w, version, log = np.array(w0, dtype=float), 0, []
+    reads = [(0.0 + t, 0, w.copy()) for t in compute_times]
+    while len(log) < n_updates:
+        i = min(range(len(reads)), key=lambda j: (reads[j][0], j))
+        done, version_read, w_read = reads[i]
+        tau = version - version_read
+        w = w - base_lr / max(1, tau) * np.asarray(grad_fn(w_read), dtype=float)
+        version += 1
+        log.append((i, tau))
+        reads[i] = (done + compute_times[i], version, w.copy())
+    return w, log
+"""
+
 PS04 = [
     W("ties broken by arrival order, not worker id", "q1", """
 def backup_aggregate(arrivals, n_needed):
@@ -349,16 +364,12 @@ def backup_aggregate(arrivals, n_needed):
     used, dropped = order[:n_needed], order[n_needed:]
     return np.sum([a[2] for a in used], axis=0), sorted(a[0] for a in used), sorted(a[0] for a in dropped)
 """),
-    W("rate divided by 1 + staleness", "q2", """
-def staleness_lr(base_lr, staleness):
-    return base_lr / (1 + staleness)
-"""),
     W("async_apply updates the caller's w0 in place", "q2", """
 def async_apply(w0, updates, base_lr):
     w, taus = np.asarray(w0, dtype=float), []
     for version, (grad, version_read) in enumerate(updates):
         tau = version - version_read
-        w -= staleness_lr(base_lr, tau) * np.asarray(grad, dtype=float)
+        w -= base_lr / max(1, tau) * np.asarray(grad, dtype=float)
         taus.append(tau)
     return w, taus
 """),
@@ -367,10 +378,38 @@ def async_apply(w0, updates, base_lr):
     w, taus = np.array(w0, dtype=float), []
     for version, (grad, version_read) in enumerate(updates, start=1):
         tau = version - version_read
-        w -= staleness_lr(base_lr, tau) * np.asarray(grad, dtype=float)
+        w -= base_lr / max(1, tau) * np.asarray(grad, dtype=float)
         taus.append(tau)
     return w, taus
 """),
+    W("async_sgd: rate divided by 1 + staleness", "q2", _ASYNC.replace("max(1, tau)", "(1 + tau)")),
+    W("async_sgd: gradient of the server's current parameters, not the ones read", "q2",
+      _ASYNC.replace("grad_fn(w_read)", "grad_fn(w)")),
+    W("async_sgd: simultaneous finishes in the order the workers were rescheduled", "q2", """
+import heapq
+
+def async_sgd(w0, grad_fn, compute_times, n_updates, base_lr):
+    w, version, log, seq = np.array(w0, dtype=float), 0, [], len(compute_times)
+    heap = [(float(t), i, i, 0, w.copy()) for i, t in enumerate(compute_times)]
+    heapq.heapify(heap)
+    while len(log) < n_updates:
+        t, _, i, read, w_read = heapq.heappop(heap)
+        w = w - base_lr / max(1, version - read) * np.asarray(grad_fn(w_read), dtype=float)
+        log.append((i, version - read))
+        version += 1
+        heapq.heappush(heap, (t + compute_times[i], seq, i, version, w.copy()))
+        seq += 1
+    return w, log
+"""),
+    W("async_sgd: the worker keeps its first read (never re-reads)", "q2",
+      _ASYNC.replace("reads[i] = (done + compute_times[i], version, w.copy())",
+                     "reads[i] = (done + compute_times[i], version_read, w_read)")),
+    W("async_sgd: staleness measured after the version is bumped", "q2",
+      _ASYNC.replace("        tau = version - version_read\n", "        version += 1\n        tau = version - version_read\n")
+            .replace("        version += 1\n        log.append", "        log.append")),
+    W("async_sgd: updates the caller's w0 in place", "q2",
+      _ASYNC.replace("w, version, log = np.array(w0, dtype=float), 0, []", "w, version, log = w0, 0, []")
+            .replace("w = w - base_lr", "w -= base_lr")),
     R("select with heapq.nsmallest", "q1", """
 import heapq
 
@@ -383,18 +422,49 @@ def backup_aggregate(arrivals, n_needed):
     return mean, sorted(used_ids), sorted(a[0] for a in arrivals if a[0] not in used_ids)
 """),
     R("explicit version counter, rate rule by cases", "q2", """
-def staleness_lr(base_lr, staleness):
-    return base_lr if staleness <= 1 else base_lr / staleness
-
-
 def async_apply(w0, updates, base_lr):
     w = np.copy(np.asarray(w0, dtype=float))
     version, taus = 0, []
     for grad, version_read in updates:
         taus.append(version - version_read)
-        w = w - staleness_lr(base_lr, taus[-1]) * np.asarray(grad, dtype=float)
+        lr = base_lr if taus[-1] <= 1 else base_lr / taus[-1]
+        w = w - lr * np.asarray(grad, dtype=float)
         version += 1
     return w, taus
+"""),
+    R("async_sgd on a heap of (finish time, worker id)", "q2", """
+import heapq
+
+def async_sgd(w0, grad_fn, compute_times, n_updates, base_lr):
+    w = np.array(w0, dtype=float)
+    heap = [(float(t), i, 0, w.copy()) for i, t in enumerate(compute_times)]
+    heapq.heapify(heap)
+    log = []
+    while len(log) < n_updates:
+        t, i, read, w_read = heapq.heappop(heap)
+        tau = len(log) - read
+        w = w - base_lr / max(1, tau) * np.asarray(grad_fn(w_read), dtype=float)
+        log.append((i, tau))
+        heapq.heappush(heap, (t + compute_times[i], i, len(log), w.copy()))
+    return w, log
+"""),
+    R("async_sgd stepping a clock and scanning the workers", "q2", """
+def async_sgd(w0, grad_fn, compute_times, n_updates, base_lr):
+    w, version, log = np.array(w0, dtype=float), 0, []
+    finish = [float(t) for t in compute_times]
+    read = [(0, w.copy()) for _ in compute_times]
+    while len(log) < n_updates:
+        now = min(finish)
+        for i in range(len(finish)):  # every worker done now, smaller ids first
+            if finish[i] == now and len(log) < n_updates:
+                v, w_read = read[i]
+                g = np.asarray(grad_fn(w_read), dtype=float)
+                w = w - base_lr * g / max(1, version - v)
+                log.append((i, version - v))
+                version += 1
+                read[i] = (version, w.copy())
+                finish[i] = now + compute_times[i]
+    return w, log
 """),
 ]
 
