@@ -517,13 +517,37 @@ def ring_allreduce(arrays, log=None):
                 chunks[dst][chunk] = data
     return [np.concatenate(c) for c in chunks]
 """),
-    W("byte count rounded down to whole bytes", "q2", """
-def ring_bytes_per_rank(n_bytes, p):
-    return 2 * (p - 1) * n_bytes // p
+    W("bytes from the formula 2 (p - 1) / p * n * itemsize for every rank", "q2", """
+def ring_bytes_sent(log, n, p, itemsize):
+    return [2 * (p - 1) / p * n * itemsize] * p
 """),
-    W("byte count of the reduce-scatter only", "q2", """
-def ring_bytes_per_rank(n_bytes, p):
-    return (p - 1) / p * n_bytes
+    W("bytes counted at the receiver", "q2", """
+def ring_bytes_sent(log, n, p, itemsize):
+    sizes = [len(c) for c in np.array_split(np.arange(n), p)]
+    sent = [0] * p
+    for _step, _src, dst, chunk in log:
+        sent[dst] += sizes[chunk] * itemsize
+    return sent
+"""),
+    W("chunk sizes n // p (the remainder forgotten)", "q2", """
+def ring_bytes_sent(log, n, p, itemsize):
+    sent = [0] * p
+    for _step, src, _dst, _chunk in log:
+        sent[src] += n // p * itemsize
+    return sent
+"""),
+    W("values counted, not bytes", "q2", """
+def ring_bytes_sent(log, n, p, itemsize):
+    sizes = [len(c) for c in np.array_split(np.arange(n), p)]
+    sent = [0] * p
+    for _step, src, _dst, chunk in log:
+        sent[src] += sizes[chunk]
+    return sent
+"""),
+    W("all-gather starts with the chunk sent last in reduce-scatter", "q1", """
+def ring_schedule(p):
+    rs = [[(r, (r + 1) % p, (r - s) % p) for r in range(p)] for s in range(p - 1)]
+    return rs + [[(r, (r + 1) % p, (r + 2 - s) % p) for r in range(p)] for s in range(p - 1)]
 """),
     R("schedule built step by step with appends", "q1", """
 def ring_schedule(p):
@@ -557,8 +581,12 @@ def ring_allreduce(arrays, log=None):
     return bufs
 
 
-def ring_bytes_per_rank(n_bytes, p):
-    return n_bytes * 2 * (p - 1) / p
+def ring_bytes_sent(log, n, p, itemsize):
+    q, extra = divmod(n, p) if p else (0, 0)
+    sent = np.zeros(p, dtype=int)
+    for _step, src, _dst, chunk in log:
+        sent[src] += (q + (chunk < extra)) * itemsize
+    return sent.tolist()
 """),
 ]
 
