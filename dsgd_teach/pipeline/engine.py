@@ -1,8 +1,9 @@
-"""What one stage does on its worker: run its schedule's forwards and backwards, talk to its neighbours, update.
+"""What one stage does on its worker, beneath the schedules' loops: messages, autograd, trace events, the update.
 
-The same loop runs every schedule (naive, GPipe, 1F1B): a schedule is only the order of ("F", k) and ("B", k)
-actions a stage performs. Every action, wait and message becomes a trace event with its microbatch id, start and
-duration, and the number of microbatches whose activations the stage holds, so the plots come from measurement.
+A schedule (naive.py, gpipe.py, one_f_one_b.py) is a loop that calls a Stage's six operations; pipeline_rank runs
+that loop once per step between taking the step's batch and updating. Every action, wait and message becomes a
+trace event with its microbatch id, start and duration, and the number of microbatches whose activations the
+stage holds, so the plots come from measurement.
 
 Emulated devices (config.emulated_forward_s > 0): a forward or backward still computes for real (the result is
 unchanged), then the stage sleeps until the action has lasted the emulated device's time, as if the stage had an
@@ -23,123 +24,198 @@ from torch import nn
 from ..collectives.comm import Comm
 from ..live import WorkerContext
 from ..sampling import batch_indices
+from . import gpipe, naive, one_f_one_b
+from .actions import Action, TrainStep, actions_of
 from .hybrid import Layout, average_replicas, data_parallel_groups
 from .link import StageLink
 from .rank_support import agree_to_stop, ctx_now, device_sync, emulate_device, training_data
-from .schedules import SCHEDULES
 from .stages import boundary_shapes, build_units, flat_grads, flat_params, microbatch_slices, stage_module
+
+TRAIN_STEPS: dict[str, TrainStep] = {"naive": naive.train_step, "gpipe": gpipe.train_step,
+                                     "1f1b": one_f_one_b.train_step, "decoupled": gpipe.train_step}
+
+
+class Stage:
+    """One stage of one replica on its worker: the operations a schedule's loop calls, and the step around them."""
+
+    def __init__(self, ctx: WorkerContext, comm: Comm, config: Any, gradient_delay: int = 0) -> None:
+        self.ctx, self.comm, self.config, self.delay = ctx, comm, config, gradient_delay
+        self.layout = Layout(config.stages, config.replicas, comm.rank)
+        self.p, self.s, self.dev = config.stages, self.layout.stage, comm.device
+        self.first, self.last = self.s == 0, self.s == self.p - 1
+        self.dp_groups = data_parallel_groups(self.layout)
+        self.X_all, self.y_all = training_data(config)
+        units = build_units(config.model, self.X_all.shape[1], 10, config.depth, config.hidden, config.seed)
+        self.module: nn.Module = stage_module(units, self.p, self.s).to(self.dev)
+        self.shapes = boundary_shapes(units, self.p, self.X_all.shape[1])
+        self.link = StageLink(self.s, self.dev, config.timeout_s)
+        self.prev = self.layout.peer(self.s - 1) if not self.first else -1
+        self.nxt = self.layout.peer(self.s + 1) if not self.last else -1
+        # (step, microbatch) -> (input, output) of its forward, kept until its backward
+        self.held: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
+        self.peak, self.step, self.backward_of, self.loss_sum, self.batch_rows = 0, 0, 0, 0.0, 1
+        self.slices: list[slice] = []
+        self.X = self.y = torch.empty(0)
+
+    def begin_step(self, step: int, actions: list[Action], backward_of: int | None = None) -> None:
+        """Take this step's batch, cut it into microbatches, and post the receives `actions` will ask for.
+
+        Backwards go through the graphs of step `backward_of`'s forwards (default: this step's).
+        """
+        batch = batch_indices(len(self.y_all), self.config.batch_size, step, self.config.seed)
+        idx = self.layout.replica_rows(batch)
+        self.step, self.loss_sum, self.batch_rows = step, 0.0, len(batch)
+        self.backward_of = step if backward_of is None else backward_of
+        self.X = torch.as_tensor(self.X_all[idx], device=self.dev)
+        self.y = torch.as_tensor(self.y_all[idx], device=self.dev)
+        self.slices = microbatch_slices(len(idx), self.config.microbatches)
+        self.link.plan(self._receives(actions))
+
+    def _rows(self, k: int) -> int:
+        return self.slices[k].stop - self.slices[k].start
+
+    def _receives(self, actions: list[Action]) -> list[tuple[tuple[int, ...], int, str]]:
+        """What this stage will receive, in the order of its actions: activations from prev, gradients from nxt."""
+        out = []
+        for kind, k in actions:
+            if kind == "F" and not self.first:
+                out.append(((self._rows(k), *self.shapes[self.s]), self.prev, f"activation of microbatch {k}"))
+            elif kind == "B" and not self.last:
+                out.append(((self._rows(k), *self.shapes[self.s + 1]), self.nxt, f"gradient of microbatch {k}"))
+        return out
+
+    def _recv(self, shape: tuple[int, ...], src: int, k: int, what: str) -> torch.Tensor:
+        x, wait = self.link.recv(shape, src, f"{what} of microbatch {k}")
+        self.ctx.emit(step=self.step, event="idle", microbatch=k, duration=wait, t_start=ctx_now(self.ctx) - wait)
+        self.ctx.emit(step=self.step, event="recv", microbatch=k, peer=src, bytes_received=x.numel() * 4)
+        return x
+
+    def _send(self, tensor: torch.Tensor, dst: int, k: int, what: str, due: int) -> None:
+        sent = self.link.send(tensor, dst, f"{what} of microbatch {k}", due=due)
+        self.ctx.emit(step=self.step, event="send", microbatch=k, peer=dst, bytes_sent=sent)
+
+    def receive_activation(self, k: int) -> torch.Tensor:
+        """Microbatch k's input: the batch's rows on the first stage, the previous stage's output elsewhere."""
+        if self.first:
+            return self.X[self.slices[k]]
+        return self._recv((self._rows(k), *self.shapes[self.s]), self.prev, k, "activation").requires_grad_(True)
+
+    def forward(self, k: int, x: torch.Tensor) -> torch.Tensor:
+        """This stage's layers on x (the last stage: and its share of the batch's loss); keeps the graph."""
+        t = ctx_now(self.ctx)
+        out = self.module(x)
+        if self.last:  # the loss of the whole batch is the sum of the microbatches' shares
+            out = nn.functional.cross_entropy(out, self.y[self.slices[k]], reduction="sum") / self.batch_rows
+            self.loss_sum += float(out.item())
+        device_sync(self.dev)
+        emulated = emulate_device(t, self.config.emulated_forward_s, self.ctx)
+        self.held[self.step, k] = (x, out)
+        self.peak = max(self.peak, len(self.held))
+        self.ctx.emit(step=self.step, event="forward", microbatch=k, t_start=t, duration=ctx_now(self.ctx) - t,
+                      held=len(self.held), **emulated)
+        return out
+
+    def send_activation(self, k: int, out: torch.Tensor) -> None:
+        """Post the output to the next stage (nothing on the last stage)."""
+        if not self.last:
+            self._send(out, self.nxt, k, "activation", due=self.step)
+
+    def receive_gradient(self, k: int) -> torch.Tensor | None:
+        """The gradient of microbatch k's output, from the next stage (None on the last stage: out is the loss)."""
+        if self.last:
+            return None
+        return self._recv((self._rows(k), *self.shapes[self.s + 1]), self.nxt, k, "gradient")
+
+    def backward(self, k: int, grad: torch.Tensor | None) -> torch.Tensor | None:
+        """Back-propagate microbatch k (its graph is freed); accumulates .grad, returns the input's gradient."""
+        x, out = self.held.pop((self.backward_of, k))
+        t = ctx_now(self.ctx)
+        if out.requires_grad:
+            out.backward(grad)
+        device_sync(self.dev)
+        emulated = emulate_device(t, self.config.backward_device_s, self.ctx)
+        self.ctx.emit(step=self.step, event="backward", microbatch=k, t_start=t, duration=ctx_now(self.ctx) - t,
+                      held=len(self.held), batch=self.backward_of, **emulated)
+        return x.grad
+
+    def send_gradient(self, k: int, grad_in: torch.Tensor | None) -> None:
+        """Post the input's gradient to the previous stage (nothing on the first stage, or after the last step)."""
+        if not self.first and self.step + self.delay < self.config.steps:  # used `delay` steps from now
+            if grad_in is None:  # the output did not depend on the input
+                grad_in = torch.zeros((self._rows(k), *self.shapes[self.s]), device=self.dev)
+            self._send(grad_in, self.prev, k, "gradient", due=self.step + self.delay)
+
+    def finish_sends(self) -> None:
+        """Wait (bounded) until the sends the neighbours need by now have been delivered."""
+        self.link.finish(self.step)
+
+    def sum_over_replicas(self, grads: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Hybrid parallelism: add up this stage's gradients (and the loss) over the replicas; one replica: as is."""
+        if not self.dp_groups:
+            return grads
+        for q, g in zip(self.module.parameters(), grads, strict=True):
+            q.grad = g
+        self.loss_sum, sent = average_replicas(self.comm, self.module, self.dp_groups[self.s], self.loss_sum)
+        self.ctx.emit(step=self.step, event="allreduce", bytes_sent=sent, stage=self.s)
+        return [q.grad for q in self.module.parameters()]
+
+    def report_update(self, version_read: int, staleness: int, applied: bool = True) -> None:
+        """Trace the update: the loss on the last stage of the first replica, that the stage updated elsewhere."""
+        if self.last and self.layout.replica == 0:
+            self.ctx.emit(step=self.step, event="update", loss=self.loss_sum, version_read=version_read,
+                          version_applied=self.step + 1, staleness=staleness)
+        elif applied:
+            self.ctx.emit(step=self.step, event="stage_update", version_read=version_read, staleness=staleness)
+
+    def agree_to_stop(self) -> bool:
+        """True on every stage when any stage was asked to stop."""
+        return agree_to_stop(self.comm, self.ctx.should_stop())
+
+    def drain_gradients(self, steps: range, lag: int) -> None:
+        """After an early stop, receive the gradients the next stage already sent for these steps' backwards."""
+        for step in steps if not self.last else ():
+            for batch, k in sorted((key for key in self.held if key[0] == step - lag), reverse=True):
+                self.link.recv(tuple(self.held[batch, k][1].shape), self.nxt, f"gradient of microbatch {k}")
+
+    def close(self) -> None:
+        """Leave the replicas' sub-groups."""
+        for group in self.dp_groups:
+            dist.destroy_process_group(group)
 
 
 def pipeline_rank(ctx: WorkerContext, comm: Comm, config: Any) -> dict[str, Any]:
-    """One stage of one replica: train config.steps steps with config.schedule; returns its parameters."""
-    layout = Layout(config.stages, config.replicas, comm.rank)
-    p, s, dev = config.stages, layout.stage, comm.device
-    dp_groups = data_parallel_groups(layout)
-    first, last = s == 0, s == p - 1
-    X_all, y_all = training_data(config)
-    units = build_units(config.model, X_all.shape[1], 10, config.depth, config.hidden, config.seed)
-    module: nn.Module = stage_module(units, p, s).to(dev)
-    shapes = boundary_shapes(units, p, X_all.shape[1])
-    actions = SCHEDULES["gpipe" if config.schedule == "decoupled" else config.schedule](p, config.microbatches, s)
-    staleness = config.stage_staleness(s)
+    """One stage of one replica: train config.steps steps with config.schedule's loop; returns its parameters."""
+    stage = Stage(ctx, comm, config)
+    train_step = TRAIN_STEPS[config.schedule]
+    actions = actions_of(train_step, stage.p, config.microbatches, stage.s)
+    staleness = config.stage_staleness(stage.s)
     waiting: deque[list[torch.Tensor]] = deque()  # gradients computed but not yet applied (decoupled only)
-    link = StageLink(s, dev, config.timeout_s)
-    prev, nxt = layout.peer(s - 1) if s > 0 else -1, layout.peer(s + 1) if s < p - 1 else -1
-    peak, stopped = 0, False
+    stopped = False
     for step in range(config.steps):
-        batch = batch_indices(len(y_all), config.batch_size, step, config.seed)
-        idx = layout.replica_rows(batch)
-        X = torch.as_tensor(X_all[idx], device=dev)
-        y = torch.as_tensor(y_all[idx], device=dev)
-        slices = microbatch_slices(len(idx), config.microbatches)
-        module.zero_grad(set_to_none=True)
-        held: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-        loss_sum = 0.0
-        link.plan(_receives(actions, slices, shapes, s, prev, nxt))
-        for kind, k in actions:
-            rows = slices[k]
-            n = rows.stop - rows.start
-            if kind == "F":
-                if first:
-                    x = X[rows]
-                else:
-                    x, wait = link.recv((n, *shapes[s]), prev, f"activation of microbatch {k}")
-                    ctx.emit(step=step, event="idle", microbatch=k, duration=wait, t_start=ctx_now(ctx) - wait)
-                    ctx.emit(step=step, event="recv", microbatch=k, peer=prev, bytes_received=x.numel() * 4)
-                    x.requires_grad_(True)
-                t = ctx_now(ctx)
-                out = module(x)
-                if last:  # the loss of the whole batch is the sum of the microbatches' shares
-                    out = nn.functional.cross_entropy(out, y[rows], reduction="sum") / len(batch)
-                    loss_sum += float(out.item())
-                device_sync(dev)
-                emulated = emulate_device(t, config.emulated_forward_s, ctx)
-                held[k] = (x, out)
-                peak = max(peak, len(held))
-                ctx.emit(step=step, event="forward", microbatch=k, t_start=t, duration=ctx_now(ctx) - t,
-                         held=len(held), **emulated)
-                if not last:
-                    sent = link.send(out, nxt, f"activation of microbatch {k}")
-                    ctx.emit(step=step, event="send", microbatch=k, peer=nxt, bytes_sent=sent)
-            else:
-                x, out = held.pop(k)
-                grad = None
-                if not last:
-                    grad, wait = link.recv(tuple(out.shape), nxt, f"gradient of microbatch {k}")
-                    ctx.emit(step=step, event="idle", microbatch=k, duration=wait, t_start=ctx_now(ctx) - wait)
-                    ctx.emit(step=step, event="recv", microbatch=k, peer=nxt, bytes_received=grad.numel() * 4)
-                t = ctx_now(ctx)
-                if out.requires_grad:
-                    out.backward(grad)
-                device_sync(dev)
-                emulated = emulate_device(t, config.backward_device_s, ctx)
-                ctx.emit(step=step, event="backward", microbatch=k, t_start=t, duration=ctx_now(ctx) - t,
-                         held=len(held), **emulated)
-                if not first:
-                    g = x.grad if x.grad is not None else torch.zeros_like(x)
-                    sent = link.send(g, prev, f"gradient of microbatch {k}")
-                    ctx.emit(step=step, event="send", microbatch=k, peer=prev, bytes_sent=sent)
-        link.finish()
-        if dp_groups:  # hybrid: the replicas of this stage add up their gradients (and the loss)
-            loss_sum, sent = average_replicas(comm, module, dp_groups[s], loss_sum)
-            ctx.emit(step=step, event="allreduce", bytes_sent=sent, stage=s)
-        applied = _update(module, waiting, staleness, config.lr)
-        if last and layout.replica == 0:
-            ctx.emit(step=step, event="update", loss=loss_sum, version_read=step - staleness, version_applied=step + 1,
-                     staleness=staleness)
-        elif applied:
-            ctx.emit(step=step, event="stage_update", version_read=step - staleness, staleness=staleness)
-        if agree_to_stop(comm, ctx.should_stop()):
+        stage.begin_step(step, actions)
+        stage.module.zero_grad(set_to_none=True)
+        train_step(stage, stage.p, config.microbatches, stage.s)
+        stage.finish_sends()
+        grads = stage.sum_over_replicas([q.grad if q.grad is not None else torch.zeros_like(q)
+                                         for q in stage.module.parameters()])
+        applied = _update(stage.module, grads, waiting, staleness, config.lr)
+        stage.report_update(step - staleness, staleness, applied)
+        if stage.agree_to_stop():
             stopped = True
             break
-    for group in dp_groups:
-        dist.destroy_process_group(group)
-    return {"stage": s, "replica": layout.replica, "params": flat_params(module), "grads": flat_grads(module), "peak_held": peak, "stopped": stopped,
-            "staleness": staleness}
-
-
-def _receives(actions: list[tuple[str, int]], slices: list[slice], shapes: list[tuple[int, ...]], s: int,
-              prev: int, nxt: int) -> list[tuple[tuple[int, ...], int, str]]:
-    """What stage s will receive this step, in the order its schedule asks: activations from prev, gradients from nxt."""
-    out = []
-    for kind, k in actions:
-        n = slices[k].stop - slices[k].start
-        if kind == "F" and prev >= 0:
-            out.append(((n, *shapes[s]), prev, f"activation of microbatch {k}"))
-        elif kind == "B" and nxt >= 0:
-            out.append(((n, *shapes[s + 1]), nxt, f"gradient of microbatch {k}"))
-    return out
+    stage.close()
+    return {"stage": stage.s, "replica": stage.layout.replica, "params": flat_params(stage.module),
+            "grads": flat_grads(stage.module), "peak_held": stage.peak, "stopped": stopped, "staleness": staleness}
 
 
 @torch.no_grad()
-def _update(module: nn.Module, waiting: deque[list[torch.Tensor]], staleness: int, lr: float) -> bool:
+def _update(module: nn.Module, grads: list[torch.Tensor], waiting: deque[list[torch.Tensor]], staleness: int,
+            lr: float) -> bool:
     """SGD with the gradient computed `staleness` steps ago (0: this step's); False while none is old enough."""
     params = list(module.parameters())
-    waiting.append([p.grad.clone() if p.grad is not None else torch.zeros_like(p) for p in params])
+    waiting.append(grads)  # fresh tensors each step (zero_grad sets .grad to None), so no copy is needed
     if len(waiting) <= staleness:
         return False
     for p, g in zip(params, waiting.popleft(), strict=True):
         p -= lr * g
     return True
-
-

@@ -7,7 +7,18 @@ with p stages each stage idles (p-1)/p of the time.
 
 from __future__ import annotations
 
-Action = tuple[str, int]  # ("F" or "B", microbatch id)
+from .actions import Action, StageOps
+
+
+def train_step(stage: StageOps, stages: int, microbatches: int, rank: int) -> None:
+    """One step on one stage: each microbatch goes all the way forward and all the way back before the next."""
+    for k in range(microbatches):
+        x = stage.receive_activation(k)
+        out = stage.forward(k, x)
+        stage.send_activation(k, out)
+        grad = stage.receive_gradient(k)
+        grad_in = stage.backward(k, grad)
+        stage.send_gradient(k, grad_in)
 
 
 def schedule(stages: int, microbatches: int, stage: int) -> list[Action]:
