@@ -649,6 +649,37 @@ def threads_worth_using(f, min_efficiency, max_threads):
 """),
 ]
 
+_GREEDY_1F1B = """
+from collections import deque
+
+def one_f_one_b(p, m, s):
+    out, held, nxt = [], deque(), 0
+    while len(out) < 2 * m:
+        if nxt < m and len(held) < p - s:
+            out.append(("F", nxt))
+            held.append(nxt)
+            nxt += 1
+        else:
+            out.append(("B", held.popleft()))
+    return out
+"""
+
+_DECOUPLED = """
+def decoupled_sgd(w0, grad_fn, sizes, lr, steps, d):
+    w = np.array(w0, dtype=float)
+    p = len(sizes)
+    bounds = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
+    grads, applied = [], [[-1] * steps for _ in range(p)]
+    for t in range(steps):
+        grads.append(np.asarray(grad_fn(w, t), dtype=float))
+        for s in range(p):
+            old = t - d * (p - 1 - s)
+            if old >= 0:
+                w[bounds[s]:bounds[s + 1]] -= lr * grads[old][bounds[s]:bounds[s + 1]]
+                applied[s][t] = old
+    return w, applied
+"""
+
 PS07 = [
     W("warm-up of p - s forwards", "q1", """
 def one_f_one_b(p, m, s):
@@ -766,6 +797,71 @@ def partial_outputs(X, A, B, n):
         out.append(np.maximum(X @ A[:, lo:hi], 0.0) @ B[lo:hi, :])
         lo = hi
     return out
+"""),
+    W("1F1B rule with one microbatch too few in flight (p - 1 - s)", "q1",
+      _GREEDY_1F1B.replace("len(held) < p - s", "len(held) < max(1, p - 1 - s)")),
+    W("1F1B rule runs the backward of the newest microbatch held", "q1",
+      _GREEDY_1F1B.replace("held.popleft()", "held.pop()")),
+    W("decoupled: the first stage is never late (delays reversed)", "q4",
+      _DECOUPLED.replace("old = t - d * (p - 1 - s)", "old = t - d * s")),
+    W("decoupled: every stage waits d (p - 1) steps", "q4",
+      _DECOUPLED.replace("old = t - d * (p - 1 - s)", "old = t - d * (p - 1)")),
+    W("decoupled: delay d (p - s), the last stage late too", "q4",
+      _DECOUPLED.replace("old = t - d * (p - 1 - s)", "old = t - d * (p - s)")),
+    W("decoupled: the old batch recomputed on the current weights (no weight stashing)", "q4", """
+def decoupled_sgd(w0, grad_fn, sizes, lr, steps, d):
+    w = np.array(w0, dtype=float)
+    p = len(sizes)
+    bounds = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
+    applied = [[-1] * steps for _ in range(p)]
+    for t in range(steps):
+        new = w.copy()
+        for s in range(p):
+            old = t - d * (p - 1 - s)
+            if old >= 0:
+                g = np.asarray(grad_fn(w, old), dtype=float)
+                new[bounds[s]:bounds[s + 1]] -= lr * g[bounds[s]:bounds[s + 1]]
+                applied[s][t] = old
+        w = new
+    return w, applied
+"""),
+    W("decoupled: stages cut with np.array_split (sizes ignored)", "q4", """
+def decoupled_sgd(w0, grad_fn, sizes, lr, steps, d):
+    w = np.array(w0, dtype=float)
+    p = len(sizes)
+    idx = np.array_split(np.arange(len(w)), p)
+    grads, applied = [], [[-1] * steps for _ in range(p)]
+    for t in range(steps):
+        grads.append(np.asarray(grad_fn(w, t), dtype=float))
+        for s in range(p):
+            old = t - d * (p - 1 - s)
+            if old >= 0:
+                w[idx[s]] -= lr * grads[old][idx[s]]
+                applied[s][t] = old
+    return w, applied
+"""),
+    W("decoupled: updates the caller's w0 in place", "q4",
+      _DECOUPLED.replace("w = np.array(w0, dtype=float)", "w = w0")),
+    R("1F1B by its in-flight rule (a deque of held microbatches)", "q1", _GREEDY_1F1B),
+    R("decoupled with a queue of pending gradients per stage", "q4", """
+from collections import deque
+
+def decoupled_sgd(w0, grad_fn, sizes, lr, steps, d):
+    w = np.array(w0, dtype=float)
+    p = len(sizes)
+    cuts = np.cumsum(sizes)[:-1]
+    pending = [deque() for _ in range(p)]
+    applied = np.full((p, steps), -1)
+    for t in range(steps):
+        parts = np.split(np.asarray(grad_fn(w, t), dtype=float), cuts)
+        views = np.split(w, cuts)  # views into w
+        for s in range(p):
+            pending[s].append((t, parts[s]))
+            if len(pending[s]) > d * (p - 1 - s):
+                old, g = pending[s].popleft()
+                views[s] -= lr * g
+                applied[s, t] = old
+    return w, applied.tolist()
 """),
 ]
 
