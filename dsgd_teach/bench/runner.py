@@ -32,6 +32,7 @@ BENCH_MODULES = (
     "dsgd_teach.bench.threads",
     "dsgd_teach.bench.pipeline",
     "dsgd_teach.bench.pipeline_emulated",
+    "dsgd_teach.bench.pipeline_torch",
     "dsgd_teach.bench.sharded",
     "dsgd_teach.bench.sim",
     "dsgd_teach.bench.delay_tolerant",
