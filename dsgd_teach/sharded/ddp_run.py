@@ -4,12 +4,14 @@ Every rank trains the same MLP on its own batches with SGD; gradients are averag
 ring or the library allreduce) after `accumulate` microbatches, of which only the last communicates. With
 compare_torch, each step is followed by the same step of torch.nn.parallel.DistributedDataParallel on a copy of
 the model, in the same process group, so step times are measured in interleaved rounds and the two models can be
-compared parameter for parameter.
+compared parameter for parameter. With compare_back_to_back, a third copy runs our DDP with overlap=False (the
+same buckets, every allreduce after backward): the baseline that overlap must beat, timed in the same rotation.
 """
 
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,6 +43,7 @@ class DDPConfig(Config):
     lr: float = 0.05
     seed: int = 0
     compare_torch: bool = False  # also run torch DDP on the same batches, step by step
+    compare_back_to_back: bool = False  # also run our DDP with overlap=False on a copy, step by step (the baseline)
     threads: int = 1  # torch intra-op threads per rank
     device: str = "auto"
     timeout_s: float = 60.0
@@ -59,6 +62,7 @@ class DDPConfig(Config):
         check_float("lr", self.lr, 0.0, 10.0, lo_open=True)
         check_int("seed", self.seed, 0, 2**31 - 1)
         check_bool("compare_torch", self.compare_torch)
+        check_bool("compare_back_to_back", self.compare_back_to_back)
         check_int("threads", self.threads, 1, 64)
         check_choice("device", self.device, DEVICES)
         check_float("timeout_s", self.timeout_s, 0.0, 3600.0, lo_open=True)
@@ -75,38 +79,45 @@ def ddp_rank(ctx: WorkerContext, comm: Comm, config: DDPConfig) -> dict[str, np.
     torch.set_num_threads(config.threads)
     dev = comm.device
     clock = time.time() - time.perf_counter() - ctx.t0  # perf_counter -> seconds since the run started
+    bucket = int(config.bucket_mb * 2**20)
     model = make_mlp(config.width, config.depth, seed=config.seed).to(dev)
-    ddp = OverlappedDDP(model, comm, int(config.bucket_mb * 2**20), config.allreduce, config.overlap)
+    ddp = OverlappedDDP(model, comm, bucket, config.allreduce, config.overlap)
     opt = torch.optim.SGD(model.parameters(), lr=config.lr)
     ref = ref_opt = None
     if config.compare_torch:
         ref = torch.nn.parallel.DistributedDataParallel(
             make_mlp(config.width, config.depth, seed=config.seed).to(dev), bucket_cap_mb=max(config.bucket_mb, 1e-6))
         ref_opt = torch.optim.SGD(ref.parameters(), lr=config.lr)
+    b2b = b2b_opt = None
+    if config.compare_back_to_back:  # the same buckets, all launched after backward, on a copy of the model
+        b2b_model = make_mlp(config.width, config.depth, seed=config.seed).to(dev)
+        b2b = OverlappedDDP(b2b_model, comm, bucket, config.allreduce, overlap=False)
+        b2b_opt = torch.optim.SGD(b2b_model.parameters(), lr=config.lr)
     k, rows = config.accumulate, config.batch_size
 
-    def ours(step: int, x: torch.Tensor, y: torch.Tensor) -> None:
-        comm.take_log()
+    def train(net: OverlappedDDP, optim: torch.optim.Optimizer, x: torch.Tensor,
+              y: torch.Tensor) -> tuple[float, float, float, float, float]:
+        """One step of ours: (loss, step start, backward start, backward end, step end) on perf_counter's clock."""
         _sync(dev)
         t0 = time.perf_counter()
-        opt.zero_grad(set_to_none=False)
-        total = 0.0
+        optim.zero_grad(set_to_none=False)
+        total = t_bwd = t_bwd_end = 0.0
         for j in range(k):
             xs, ys = x[j * rows:(j + 1) * rows], y[j * rows:(j + 1) * rows]
-            if j < k - 1:
-                with ddp.no_sync():
-                    loss = torch.nn.functional.mse_loss(model(xs), ys) / k
-                    loss.backward()
-            else:
-                loss = torch.nn.functional.mse_loss(model(xs), ys) / k
+            with net.no_sync() if j < k - 1 else nullcontext():
+                loss = torch.nn.functional.mse_loss(net.module(xs), ys) / k
                 t_bwd = time.perf_counter()
                 loss.backward()
                 t_bwd_end = time.perf_counter()
             total += float(loss.detach())
-        ddp.finish()
-        opt.step()
+        net.finish()
+        optim.step()
         _sync(dev)
-        t1 = time.perf_counter()
+        return total, t0, t_bwd, t_bwd_end, time.perf_counter()
+
+    def ours(step: int, x: torch.Tensor, y: torch.Tensor) -> None:
+        comm.take_log()
+        total, t0, t_bwd, t_bwd_end, t1 = train(ddp, opt, x, y)
         sent = sum(m["bytes"] for m in comm.take_log() if m["direction"] == "send")
         for e in ddp.take_events():
             ctx.emit(step=step, event="bucket", bucket=e["bucket"], start=e["launch_s"] + clock,
@@ -115,6 +126,14 @@ def ddp_rank(ctx: WorkerContext, comm: Comm, config: DDPConfig) -> dict[str, np.
         ctx.emit(step=step, event="update", loss=total, step_s=t1 - t0, bytes_sent=sent,
                  version_read=step, version_applied=step + 1, start=t0 + clock, end=t1 + clock)
 
+    def back_to_back(step: int, x: torch.Tensor, y: torch.Tensor) -> None:
+        assert b2b is not None and b2b_opt is not None
+        _, t0, t_bwd, t_bwd_end, t1 = train(b2b, b2b_opt, x, y)
+        events = b2b.take_events()
+        ctx.emit(step=step, event="back_to_back", step_s=t1 - t0, backward_s=t_bwd_end - t_bwd,
+                 allreduce_s=sum(e["done_s"] - e["launch_s"] for e in events),
+                 start=t0 + clock, end=t1 + clock)
+
     def theirs(step: int, x: torch.Tensor, y: torch.Tensor) -> None:
         assert ref is not None and ref_opt is not None
         _sync(dev)
@@ -122,30 +141,31 @@ def ddp_rank(ctx: WorkerContext, comm: Comm, config: DDPConfig) -> dict[str, np.
         ref_opt.zero_grad(set_to_none=False)
         for j in range(k):
             xs, ys = x[j * rows:(j + 1) * rows], y[j * rows:(j + 1) * rows]
-            if j < k - 1:
-                with ref.no_sync():
-                    (torch.nn.functional.mse_loss(ref(xs), ys) / k).backward()
-            else:
+            with ref.no_sync() if j < k - 1 else nullcontext():
                 (torch.nn.functional.mse_loss(ref(xs), ys) / k).backward()
         ref_opt.step()
         _sync(dev)
         ctx.emit(step=step, event="torch_ddp", step_s=time.perf_counter() - t0)
 
+    runs = [ours] + ([theirs] if ref is not None else []) + ([back_to_back] if b2b is not None else [])
     try:
         for step in range(config.steps):
             x, y = batch(config.seed, step, comm.rank, rows * k)
             x, y = x.to(dev), y.to(dev)
-            # With the reference, alternate which goes first, so that neither always runs on a warm cache.
-            order = [ours, theirs] if step % 2 == 0 else [theirs, ours]
-            for run in order if ref is not None else [ours]:
+            # With references, rotate which goes first, so that none always runs on a warm (or cold) cache.
+            for run in runs[step % len(runs):] + runs[:step % len(runs)]:
                 run(step, x, y)
             if ctx.should_stop():
                 break
     finally:
         ddp.close()
+        if b2b is not None:
+            b2b.close()
     out = {"params": flat_params(model).cpu().numpy()}
     if ref is not None:
         out["torch_params"] = flat_params(ref.module).cpu().numpy()
+    if b2b is not None:
+        out["back_to_back_params"] = flat_params(b2b.module).cpu().numpy()
     return out
 
 
@@ -171,4 +191,10 @@ def run_ddp(config: DDPConfig, client: Client, on_update: OnUpdate | None = None
         ref = trace[trace.event == "torch_ddp"]
         summary["torch_median_step_ms"] = float(ref.step_s.median() * 1e3) if len(ref) else float("nan")
         summary["max_diff_vs_torch_ddp"] = float(max(np.abs(o["params"] - o["torch_params"]).max() for o in done))
+    if config.compare_back_to_back:
+        b2b = trace[trace.event == "back_to_back"]
+        summary["back_to_back_median_step_ms"] = float(b2b.step_s.median() * 1e3) if len(b2b) else float("nan")
+        if done:
+            summary["max_diff_vs_back_to_back"] = float(max(
+                np.abs(o["params"] - o["back_to_back_params"]).max() for o in done))
     return Result(config, trace, summary, done[0]["params"] if done else None, stopped)
