@@ -484,6 +484,22 @@ def ring_allreduce(arrays, log=None):
     return [np.concatenate(c) for c in chunks]
 """
 
+_RANK = """
+def ring_allreduce_rank(comm, x):
+    p, r = comm.world, comm.rank
+    chunks = [c.astype(float).copy() for c in np.array_split(np.asarray(x), p)]
+    right, left = (r + 1) % p, (r - 1) % p
+    for s in range(2 * (p - 1)):
+        reduce = s < p - 1
+        out = (r - s) % p if reduce else (r + 1 - (s - p + 1)) % p
+        inc = (out - 1) % p
+        buf = np.empty_like(chunks[inc])
+        comm.exchange(chunks[out], right, buf, left, step=s, phase="reduce-scatter" if reduce else "all-gather",
+                      chunk=out)
+        chunks[inc] = chunks[inc] + buf if reduce else buf
+    return np.concatenate(chunks)
+"""
+
 PS05 = [
     W("all-gather restarts at chunk (r - s), not (r + 1 - s)", "q1", """
 def ring_schedule(p):
@@ -587,6 +603,50 @@ def ring_bytes_sent(log, n, p, itemsize):
     for _step, src, _dst, chunk in log:
         sent[src] += (q + (chunk < extra)) * itemsize
     return sent.tolist()
+"""),
+    W("Comm ring: shortcut, every rank sends its whole vector round the ring", "q3", """
+def ring_allreduce_rank(comm, x):
+    p, r = comm.world, comm.rank
+    acc, cur = np.array(x, dtype=float), np.array(x, dtype=float)
+    for s in range(p - 1):
+        buf = np.empty_like(cur)
+        comm.exchange(cur, (r + 1) % p, buf, (r - 1) % p, step=s, phase="reduce-scatter", chunk=-1)
+        acc, cur = acc + buf, buf
+    return acc
+"""),
+    W("Comm ring: all-gather adds instead of replacing", "q3",
+      _RANK.replace("chunks[inc] + buf if reduce else buf", "chunks[inc] + buf")),
+    W("Comm ring: chunks are views of x (the input is modified)", "q3",
+      _RANK.replace("[c.astype(float).copy() for c in np.array_split(np.asarray(x), p)]", "np.array_split(x, p)")
+           .replace("chunks[inc] = chunks[inc] + buf if reduce else buf",
+                    "if reduce:\n            chunks[inc] += buf\n        else:\n            chunks[inc][...] = buf")),
+    W("Comm ring: all-gather steps numbered from 0 again", "q3",
+      _RANK.replace("comm.exchange(chunks[out], right, buf, left, step=s,",
+                    "comm.exchange(chunks[out], right, buf, left, step=s if reduce else s - p + 1,")),
+    W("Comm ring: the received chunk added to the chunk just sent", "q3",
+      _RANK.replace("buf = np.empty_like(chunks[inc])", "buf = np.empty_like(chunks[out])")
+           .replace("chunks[inc] = chunks[inc] + buf if reduce else buf",
+                    "chunks[out] = chunks[out] + buf if reduce else buf")),
+    R("Comm ring: the received chunk first (addition commutes exactly)", "q3",
+      _RANK.replace("chunks[inc] + buf if reduce else buf", "buf + chunks[inc] if reduce else buf")),
+    R("Comm ring on one flat buffer with chunk offsets", "q3", """
+def ring_allreduce_rank(comm, x):
+    p, r = comm.world, comm.rank
+    buf = np.array(x, dtype=float)
+    q, extra = divmod(len(buf), p)
+    start = [c * q + min(c, extra) for c in range(p + 1)]
+    for s in range(2 * (p - 1)):
+        phase = "reduce-scatter" if s < p - 1 else "all-gather"
+        send_c = (r - s) % p if s < p - 1 else (r + 2 + p - 1 - s - 1) % p
+        recv_c = (send_c - 1) % p
+        got = np.empty(start[recv_c + 1] - start[recv_c])
+        comm.exchange(buf[start[send_c]:start[send_c + 1]].copy(), (r + 1) % p, got, (r - 1) % p,
+                      step=s, phase=phase, chunk=send_c)
+        if s < p - 1:
+            buf[start[recv_c]:start[recv_c + 1]] += got
+        else:
+            buf[start[recv_c]:start[recv_c + 1]] = got
+    return buf
 """),
 ]
 
