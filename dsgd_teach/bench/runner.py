@@ -37,6 +37,7 @@ BENCH_MODULES = (
     "dsgd_teach.bench.sim",
     "dsgd_teach.bench.delay_tolerant",
     "dsgd_teach.bench.grading",
+    "dsgd_teach.bench.mutation",
     "dsgd_teach.bench.nbgrader_route",
 )
 
