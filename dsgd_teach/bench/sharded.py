@@ -10,9 +10,12 @@ this whole model in one bucket; 1 MiB, about one bucket per layer; one bucket pe
 The figures to quote (medians over steps 2.. of every round, both ranks):
 - overlapped_vs_torch_ddp_ratio: our overlapped step at 1 MiB over torch's DDP at its default 25 MiB (goal <= 1.1;
   the same-cap ratios are listed too);
-- overlap_ratio: our overlapped step at 1 MiB over the fastest back-to-back step at any cap, usually one allreduce
-  of the whole gradient after backward (the strongest baseline; below 1 when overlap pays);
-- overlap_1mb_ratio etc.: overlapped over back to back with the same buckets;
+- overlap_ratio: our overlapped step at 1 MiB over the same DDP with the same buckets run back to back (every
+  allreduce after backward): below 1 when overlap pays. This is Li et al. (2020)'s own comparison (section 5,
+  overlapping against not overlapping at one bucket size);
+- overlap_vs_best_back_to_back_ratio: the same overlapped step over the fastest back-to-back step at any cap,
+  usually one allreduce of the whole gradient after backward (fewest latencies; on a loaded 2-core machine each
+  extra allreduce costs milliseconds of scheduling, which eats much of what overlap hides);
 - overlap_span_ratio: at 1 MiB, backward start to last bucket averaged, overlapped, over backward + allreduce
   back to back.
 """
@@ -72,7 +75,8 @@ def measure(rounds: int = 5, steps: int = 12) -> dict[str, float | str]:
         figures[f"overlap_{name}_ratio"] = round(med[name]["ours_ms"] / med[name]["b2b_ms"], 3)
     figures.update({
         "overlapped_vs_torch_ddp_ratio": round(m["ours_ms"] / med["25mb"]["torch_ms"], 3),
-        "overlap_ratio": round(m["ours_ms"] / med[b2b_best]["b2b_ms"], 3),
+        "overlap_ratio": round(m["ours_ms"] / m["b2b_ms"], 3),
+        "overlap_vs_best_back_to_back_ratio": round(m["ours_ms"] / med[b2b_best]["b2b_ms"], 3),
         "back_to_back_backward_ms": round(m["b2b_backward_ms"], 2),
         "back_to_back_allreduce_ms": round(m["b2b_allreduce_ms"], 2),
         "overlapped_backward_ms": round(m["overlap_backward_ms"], 2),
