@@ -28,7 +28,7 @@ from . import gpipe, naive, one_f_one_b
 from .actions import Action, TrainStep, actions_of
 from .hybrid import Layout, average_replicas, data_parallel_groups
 from .link import StageLink
-from .rank_support import agree_to_stop, ctx_now, device_sync, emulate_device, training_data
+from .rank_support import StopVote, ctx_now, device_sync, emulate_device, training_data
 from .stages import boundary_shapes, build_units, flat_grads, flat_params, microbatch_slices, stage_module
 
 TRAIN_STEPS: dict[str, TrainStep] = {"naive": naive.train_step, "gpipe": gpipe.train_step,
@@ -48,7 +48,8 @@ class Stage:
         units = build_units(config.model, self.X_all.shape[1], 10, config.depth, config.hidden, config.seed)
         self.module: nn.Module = stage_module(units, self.p, self.s).to(self.dev)
         self.shapes = boundary_shapes(units, self.p, self.X_all.shape[1])
-        self.link = StageLink(self.s, self.dev, config.timeout_s)
+        self.link = StageLink(self.s, self.dev, config.timeout_s, ahead=4)
+        self.vote = StopVote(comm, config.timeout_s)
         self.prev = self.layout.peer(self.s - 1) if not self.first else -1
         self.nxt = self.layout.peer(self.s + 1) if not self.last else -1
         # (step, microbatch) -> (input, output) of its forward, kept until its backward
@@ -155,7 +156,8 @@ class Stage:
             return grads
         for q, g in zip(self.module.parameters(), grads, strict=True):
             q.grad = g
-        self.loss_sum, sent = average_replicas(self.comm, self.module, self.dp_groups[self.s], self.loss_sum)
+        self.loss_sum, sent = average_replicas(self.comm, self.module, self.dp_groups[self.s], self.loss_sum,
+                                               self.config.timeout_s)
         self.ctx.emit(step=self.step, event="allreduce", bytes_sent=sent, stage=self.s)
         return [q.grad for q in self.module.parameters()]
 
@@ -168,8 +170,8 @@ class Stage:
             self.ctx.emit(step=self.step, event="stage_update", version_read=version_read, staleness=staleness)
 
     def agree_to_stop(self) -> bool:
-        """True on every stage when any stage was asked to stop."""
-        return agree_to_stop(self.comm, self.ctx.should_stop())
+        """True on every stage, after the same step, once any stage was asked to stop."""
+        return self.vote.cast(self.ctx.should_stop())
 
     def drain_gradients(self, steps: range, lag: int) -> None:
         """After an early stop, receive the gradients the next stage already sent for these steps' backwards."""
@@ -178,7 +180,8 @@ class Stage:
                 self.link.recv(tuple(self.held[batch, k][1].shape), self.nxt, f"gradient of microbatch {k}")
 
     def close(self) -> None:
-        """Leave the replicas' sub-groups."""
+        """Collect the last vote, leave the replicas' sub-groups."""
+        self.vote.close()
         for group in self.dp_groups:
             dist.destroy_process_group(group)
 

@@ -23,6 +23,7 @@ from .schedules import SCHEDULES, ideal_bubble
 from .stages import PIPELINE_MODELS, build_units, stage_bounds
 
 SCHEDULE_NAMES = (*SCHEDULES, "decoupled")
+JOIN_TIMEOUT_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -193,7 +194,9 @@ def run_pipeline(config: PipelineConfig, client: Client, on_update: OnUpdate | N
     t0 = time.perf_counter()
     recorder = TraceRecorder(on_update)
     world = config.stages * config.replicas
-    spec = plan_group(client, world, config.device, config.timeout_s)
+    # joining the group may take the ranks longer than one message on a busy machine (one rank's task starts
+    # late): it gets JOIN_TIMEOUT_S at least, while every wait of the training itself keeps config.timeout_s
+    spec = plan_group(client, world, config.device, max(config.timeout_s, JOIN_TIMEOUT_S))
     rank_fn = decoupled_rank if config.schedule == "decoupled" and config.gradient_delay > 0 else pipeline_rank
     outs, stopped = run_in_group(client, spec, rank_fn, [(config,)] * world, recorder, config.run_timeout_s)
     trace = recorder.frame()

@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ..collectives.comm import Comm
+from ..collectives.comm import Comm, wait_for
 
 
 @dataclass(frozen=True)
@@ -51,12 +51,15 @@ def data_parallel_groups(layout: Layout) -> list[Any]:
     return [dist.new_group([r * layout.stages + s for r in range(layout.replicas)]) for s in range(layout.stages)]
 
 
-def average_replicas(comm: Comm, module: nn.Module, group: Any, extra: float) -> tuple[float, int]:
+def average_replicas(comm: Comm, module: nn.Module, group: Any, extra: float, timeout_s: float) -> tuple[float, int]:
     """Sum this stage's gradients (and `extra`, e.g. the loss) over the replicas in place; (summed extra, bytes)."""
     params = list(module.parameters())
     grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
     flat = torch.cat([g.reshape(-1) for g in grads] + [torch.tensor([extra], device=comm.device)])
-    comm.wait_all([dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=group, async_op=True)], "the replicas' allreduce")
+    work = dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=group, async_op=True)
+    wait_for(work, timeout_s, f"rank {comm.rank}: the replicas' allreduce")
+    if flat.device.type == "cuda":
+        torch.cuda.synchronize(flat.device)
     offset = 0
     for p, g in zip(params, grads, strict=True):
         p.grad = flat[offset:offset + g.numel()].view_as(g).clone()

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..collectives.comm import Comm
+from ..collectives.comm import Comm, wait_for
 from ..live import WorkerContext
 from ..problem import ProblemSpec, get_problem
 
@@ -46,8 +46,34 @@ def emulate_device(t_start: float, device_s: float, ctx: WorkerContext) -> dict[
     return {"compute_s": compute, "injected_s": ctx_now(ctx) - t_start - compute}
 
 
-def agree_to_stop(comm: Comm, stop: bool) -> bool:
-    """True on every stage when any stage was asked to stop (one tiny allreduce per step, bounded by a timeout)."""
-    flag = torch.tensor([1.0 if stop else 0.0], device=comm.device)
-    comm.wait_all([dist.all_reduce(flag, op=dist.ReduceOp.MAX, async_op=True)], "the vote on stopping")
-    return bool(flag.item() > 0)
+class StopVote:
+    """The stages' vote on stopping: one tiny allreduce per step that never holds the pipeline up.
+
+    Each step posts its vote without waiting for it and reads the previous step's, which has long arrived (no stage
+    finishes a step before its neighbours have finished the one before). Every stage stops after the same step, one
+    step after any of them was asked to; each wait is bounded by timeout_s.
+    """
+
+    def __init__(self, comm: Comm, timeout_s: float) -> None:
+        self.comm, self.timeout_s = comm, timeout_s
+        self._posted: tuple[torch.Tensor, Any] | None = None
+
+    def cast(self, stop: bool) -> bool:
+        """Post this step's vote; True on every stage when the previous step's vote was to stop."""
+        if self._collect():
+            return True
+        flag = torch.tensor([1.0 if stop else 0.0], device=self.comm.device)
+        self._posted = (flag, dist.all_reduce(flag, op=dist.ReduceOp.MAX, async_op=True))
+        return False
+
+    def close(self) -> None:
+        """Wait for the last vote: no collective may be left in flight when the group is destroyed."""
+        self._collect()
+
+    def _collect(self) -> bool:
+        if self._posted is None:
+            return False
+        (flag, work), self._posted = self._posted, None
+        wait_for(work, self.timeout_s, f"rank {self.comm.rank}: the vote on stopping")
+        device_sync(self.comm.device)
+        return bool(flag.item() > 0)
