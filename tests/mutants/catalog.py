@@ -1097,8 +1097,118 @@ def error_feedback(grads, feedback=True):
 """),
 ]
 
+_PORT = """
+def fifo_port(arrivals, nbytes, alpha_s, bandwidth_Bps):
+    done, free = np.zeros(len(arrivals)), 0.0
+    for j in sorted(range(len(arrivals)), key=lambda j: (arrivals[j], j)):
+        hold = alpha_s + (nbytes[j] / bandwidth_Bps if bandwidth_Bps else 0.0)
+        free = done[j] = max(free, arrivals[j]) + hold
+    return done
+"""
+
+_STALE = """
+import heapq
+
+def async_staleness(durations, n_updates):
+    durations = np.asarray(durations, dtype=float)
+    heap = [(durations[i, 0], i, 0, 0) for i in range(len(durations))]
+    heapq.heapify(heap)
+    out = []
+    while heap and len(out) < n_updates:
+        t, i, k, read = heapq.heappop(heap)
+        out.append((i, len(out) - read))
+        if k + 1 < durations.shape[1]:
+            heapq.heappush(heap, (t + durations[i, k + 1], i, k + 1, len(out)))
+    return out
+"""
+
+PS10 = [
+    W("port: delivery times in service order, not indexed like the inputs", "q1", """
+def fifo_port(arrivals, nbytes, alpha_s, bandwidth_Bps):
+    out, free = [], 0.0
+    for j in sorted(range(len(arrivals)), key=lambda j: (arrivals[j], j)):
+        free = max(free, arrivals[j]) + alpha_s + (nbytes[j] / bandwidth_Bps if bandwidth_Bps else 0.0)
+        out.append(free)
+    return np.array(out)
+"""),
+    W("port: no queue, every message delivered at arrival + its time", "q1",
+      _PORT.replace("max(free, arrivals[j]) + hold", "arrivals[j] + hold")),
+    W("port: served in index order, not arrival order", "q1",
+      _PORT.replace("sorted(range(len(arrivals)), key=lambda j: (arrivals[j], j))", "range(len(arrivals))")),
+    W("server: replies go out in parallel (no outbound queue)", "q1", """
+def server_allreduce_s(ready, nbytes, alpha_s, bandwidth_Bps):
+    if len(ready) == 0:
+        return 0.0
+    gathered = float(fifo_port(ready, [nbytes] * len(ready), alpha_s, bandwidth_Bps).max())
+    return gathered + alpha_s + nbytes / bandwidth_Bps
+"""),
+    W("server: replies start at the last ready time, not the last delivery", "q1", """
+def server_allreduce_s(ready, nbytes, alpha_s, bandwidth_Bps):
+    if len(ready) == 0:
+        return 0.0
+    return float(fifo_port([max(ready)] * len(ready), [nbytes] * len(ready), alpha_s, bandwidth_Bps).max())
+"""),
+    W("staleness counted the papers' way (one more)", "q2",
+      _STALE.replace("out.append((i, len(out) - read))", "out.append((i, len(out) - read + 1))")),
+    W("staleness: simultaneous finishes in the order the workers were rescheduled", "q2", """
+import heapq
+
+def async_staleness(durations, n_updates):
+    durations = np.asarray(durations, dtype=float)
+    heap = [(durations[i, 0], i, i, 0, 0) for i in range(len(durations))]
+    heapq.heapify(heap)
+    out, seq = [], len(durations)
+    while heap and len(out) < n_updates:
+        t, _, i, k, read = heapq.heappop(heap)
+        out.append((i, len(out) - read))
+        if k + 1 < durations.shape[1]:
+            heapq.heappush(heap, (t + durations[i, k + 1], seq, i, k + 1, len(out)))
+            seq += 1
+    return out
+"""),
+    W("staleness: every gradient takes the worker's first duration", "q2",
+      _STALE.replace("(t + durations[i, k + 1], i, k + 1, len(out))", "(t + durations[i, 0], i, k + 1, len(out))")),
+    W("staleness: the worker keeps its first read", "q2",
+      _STALE.replace("(t + durations[i, k + 1], i, k + 1, len(out))", "(t + durations[i, k + 1], i, k + 1, read)")),
+    R("port with numpy argsort (stable) and a running free time", "q1", """
+def fifo_port(arrivals, nbytes, alpha_s, bandwidth_Bps):
+    arrivals = np.asarray(arrivals, dtype=float)
+    hold = alpha_s + (np.asarray(nbytes, dtype=float) / bandwidth_Bps if bandwidth_Bps else 0.0)
+    hold = np.broadcast_to(hold, arrivals.shape)
+    done, free = np.empty_like(arrivals), 0.0
+    for j in np.argsort(arrivals, kind="stable"):
+        free = done[j] = max(free, arrivals[j]) + hold[j]
+    return done
+
+
+def server_allreduce_s(ready, nbytes, alpha_s, bandwidth_Bps):
+    n = len(ready)
+    if not n:
+        return 0.0
+    back = fifo_port(np.full(n, fifo_port(ready, np.full(n, nbytes), alpha_s, bandwidth_Bps).max()),
+                     np.full(n, nbytes), alpha_s, bandwidth_Bps)
+    return float(back[-1])
+"""),
+    R("staleness with a sorted event list (bisect) and per-worker state", "q2", """
+import bisect
+
+def async_staleness(durations, n_updates):
+    d = [list(map(float, row)) for row in durations]
+    events = sorted((row[0], i) for i, row in enumerate(d))
+    k, read, out = [0] * len(d), [0] * len(d), []
+    while events and len(out) < n_updates:
+        t, i = events.pop(0)
+        out.append((i, len(out) - read[i]))
+        read[i], k[i] = len(out), k[i] + 1
+        if k[i] < len(d[i]):
+            bisect.insort(events, (t + d[i][k[i]], i))
+    return out
+"""),
+]
+
+
 CATALOG: dict[str, list[Variant]] = {
     "ps01_sgd": PS01, "ps02_hogwild": PS02, "ps03_ps": PS03, "ps04_syncasync": PS04,
     "ps05_collectives": PS05, "ps06_threads": PS06, "ps07_model_parallel": PS07, "ps08_averaging": PS08,
-    "ps09_onebit": PS09,
+    "ps09_onebit": PS09, "ps10_sim": PS10,
 }
