@@ -31,13 +31,28 @@ def test_zero_equals_torch_sharding(client, stage, collective):
     assert r.summary["max_diff_vs_oracle"] <= 1e-6, r.summary
 
 
+def _mlp_activation_bytes(config):
+    """What autograd must keep for the chapter's MLP in bf16, per row: every Linear's input, every Tanh's output,
+    and the loss's fp32 prediction and target (the data is 32 wide, the output 8)."""
+    per_row = 2 * (32 + 2 * (config.depth - 1) * config.width) + 4 * 2 * 8
+    return config.batch_size * per_row
+
+
+def _check_memory(s, config, n, stage):
+    """Held model states within 10 % of Rajbhandari et al.'s formula, alone and with the measured activations
+    (which must be the MLP's, parameters not counted); the peak with its transient buffers too; traffic exact."""
+    assert s["activation_bytes"] == _mlp_activation_bytes(config), (stage, s)
+    assert abs(s["held_bytes"] / s["formula_bytes"] - 1) <= 0.10, (stage, s)
+    for measured in ("held_with_activations_bytes", "peak_with_activations_bytes"):
+        assert abs(s[measured] / s["formula_with_activations_bytes"] - 1) <= 0.10, (stage, measured, s)
+    assert s["peak_bytes"] >= s["held_bytes"]
+    assert s["elements_sent"] == s["elements_formula"] == traffic_formula(s["psi"], n, stage), (stage, s)
+
+
 @pytest.mark.parametrize("stage", [0, 1, 2, 3])
 def test_bf16_memory_within_ten_percent_and_traffic_exact(client, stage):
-    r = run_zero(ZeroConfig(stage=stage, precision="bf16", steps=2, depth=6), client)
-    s = r.summary
-    assert abs(s["held_bytes"] / s["formula_bytes"] - 1) <= 0.10, s
-    assert s["elements_sent"] == s["elements_formula"] == traffic_formula(s["psi"], 2, stage), s
-    assert s["peak_bytes"] >= s["held_bytes"]
+    config = ZeroConfig(stage=stage, precision="bf16", steps=2, depth=6, batch_size=64)
+    _check_memory(run_zero(config, client).summary, config, 2, stage)
 
 
 def _first_grad_norm(result):
@@ -73,13 +88,12 @@ def test_config_names_the_bad_field():
 
 
 def test_memory_and_traffic_at_four_ranks(client):
-    """N = 4 (the shared cluster grown for the test): every stage holds its formula's bytes (within 10 %) and
-    sends exactly its count."""
+    """N = 4 (the shared cluster grown for the test): every stage holds its formula's bytes (within 10 %, with and
+    without the activations) and sends exactly its count."""
     client.resize(4)
     try:
         for stage in range(4):
-            s = run_zero(ZeroConfig(workers=4, stage=stage, precision="bf16", steps=2, depth=6), client).summary
-            assert abs(s["held_bytes"] / s["formula_bytes"] - 1) <= 0.10, (stage, s)
-            assert s["elements_sent"] == traffic_formula(s["psi"], 4, stage), (stage, s)
+            config = ZeroConfig(workers=4, stage=stage, precision="bf16", steps=2, depth=6, batch_size=64)
+            _check_memory(run_zero(config, client).summary, config, 4, stage)
     finally:
         client.resize(2)

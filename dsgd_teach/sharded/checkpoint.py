@@ -68,7 +68,7 @@ def measure(width: int = 256, depth: int = 16, rows: int = 256, how: str = "none
     times, saved = [], 0
     for _ in range(repeats):
         model.zero_grad()
-        hooks, total = activation_meter()
+        hooks, total = activation_meter(model)
         t = time.perf_counter()
         with hooks:
             out = forward(model, x, how, n_segments)

@@ -217,13 +217,22 @@ def traffic_formula(psi: float, n: int, stage: int) -> float:
     return (3 if stage == 3 else 2) * psi * (n - 1) / n
 
 
-def activation_meter() -> tuple[Any, list[int]]:
-    """A saved_tensors_hooks context that adds up the bytes autograd saves for backward (parameters excluded)."""
+def activation_meter(model: torch.nn.Module | None = None) -> tuple[Any, list[int]]:
+    """A saved_tensors_hooks context that adds up the bytes autograd saves for backward, activations only.
+
+    Parameters are model state, not activations: a saved tensor is skipped when it is a Parameter or shares its
+    storage with one of model's parameters (a Linear saves its weight transposed, a view of the same bytes).
+    """
     total = [0]
 
     def pack(t: torch.Tensor) -> torch.Tensor:
-        if not isinstance(t, torch.nn.Parameter):
-            total[0] += t.numel() * t.element_size()
+        if isinstance(t, torch.nn.Parameter):
+            return t
+        if model is not None:
+            ptr = t.untyped_storage().data_ptr()  # read now: ZeRO-3 re-allocates a unit's storage when it gathers
+            if any(p.untyped_storage().data_ptr() == ptr for p in model.parameters()):
+                return t
+        total[0] += t.numel() * t.element_size()
         return t
 
     return torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), total

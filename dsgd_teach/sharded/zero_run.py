@@ -127,7 +127,7 @@ def zero_rank(ctx: WorkerContext, comm: Comm, config: ZeroConfig) -> dict[str, n
             torch.cuda.reset_peak_memory_stats(dev)
         zero.peak = 0
         t0 = time.perf_counter()
-        hooks, saved = activation_meter()
+        hooks, saved = activation_meter(model)
         with hooks:
             loss = _loss(model, x, y)
         scale = zero.scaler.scale if zero.scaler is not None else 1.0
@@ -172,6 +172,11 @@ def run_zero(config: ZeroConfig, client: Client, on_update: OnUpdate | None = No
         "formula_bytes": float(last.formula_total.max()) if len(last) else float("nan"),
         "peak_bytes": float(last.peak_bytes.max()) if len(last) else float("nan"),
         "activation_bytes": float(last.activation_bytes.max()) if len(last) else float("nan"),
+        # per-rank memory with the activations: measured states + measured activations against formula + the same
+        "held_with_activations_bytes": float((last.held_total + last.activation_bytes).max()) if len(last) else float("nan"),
+        "formula_with_activations_bytes": float((last.formula_total + last.activation_bytes).max())
+        if len(last) else float("nan"),
+        "peak_with_activations_bytes": float((last.peak_bytes + last.activation_bytes).max()) if len(last) else float("nan"),
         "elements_sent": float(last.elements_sent.max()) if len(last) else float("nan"),
         "elements_formula": float(last.elements_formula.max()) if len(last) else float("nan"),
         "skipped_steps": int((~ups[ups.worker == 0].applied.astype(bool)).sum()) if len(ups) else 0,
