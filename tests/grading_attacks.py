@@ -235,6 +235,72 @@ except PermissionError:
 os.write(2, b"w" * 300_000)  # the kernel's own stderr, where the audit hook reported denials
 '''
 
+# Kernel-level attacks, each run in a child started by the raw fork_exec (no audit hook), which prints what it got;
+# the cell's stub raises that text, so a row whose reason says ESCAPED shows an attack that got through.
+def _child(gid: str, code: str) -> str:
+    """A solution cell that runs code in an unhooked child and makes gid's function raise what the child printed."""
+    name, args = FUNCS[gid]
+    return PRELUDE + (f"import sys\n_said = _run([sys.executable, '-c', {code!r}]).decode(errors='replace').strip()\n"
+                      f"def {name}({args}):\n    raise NotImplementedError(_said[-160:] or 'the probe was killed')\n")
+
+
+LIBC = "import ctypes, os, sys, time\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+KEYRING = LIBC + """
+made = [r for r in (-4, -5) if libc.syscall(248, b"user", b"dsgd-hostile-answers", b"def train(): ...", 16,
+                                           ctypes.c_int(r)) >= 0]  # add_key into the user (session) keyring
+print(f"ESCAPED: stored keys in keyrings {made}" if made else "add_key: " + os.strerror(ctypes.get_errno()))
+"""
+USERNS = LIBC + """
+if libc.unshare(0x10000000 | 0x20000) != 0:  # CLONE_NEWUSER | CLONE_NEWNS
+    sys.exit(print("unshare: " + os.strerror(ctypes.get_errno())))
+uid = os.getuid()
+for name, text in (("setgroups", "deny"), ("uid_map", f"0 {uid} 1"), ("gid_map", f"0 {os.getgid()} 1")):
+    with open(f"/proc/self/{name}", "w") as fh:
+        fh.write(text)
+ok = libc.mount(b"none", b"/tmp", b"tmpfs", 0, b"size=2g") == 0
+for i in range(2 if ok else 0):  # 300 MB, past the sandbox /tmp's 256 MB
+    with open(f"/tmp/hoard{i}", "wb") as fh:
+        fh.write(b"x" * (150 << 20))
+print(f"ESCAPED: uid {os.getuid()} in a nested user namespace, tmpfs mounted: {ok}")
+"""
+MEMFD = """
+import os, time
+fds, block = [], b"x" * (1 << 20)
+for _ in range(16):  # 16 x 200 MB = 3.2 GB, each memfd under the 256 MB file-size limit
+    fds.append(os.memfd_create("hoard"))
+    for _ in range(200):
+        os.write(fds[-1], block)
+time.sleep(2)
+print("ESCAPED: held 3200 MB in memfds")
+"""
+FORK_BOMB = """
+import os, time
+n = 0
+for _ in range(400):
+    try:
+        if os.fork() == 0:
+            time.sleep(3)
+            os._exit(0)
+        n += 1
+    except OSError:
+        break
+print(("ESCAPED: " if n >= 128 else "") + f"{n} processes started")
+"""
+SPINNER = PRELUDE + r"""
+import time
+_run(["/bin/sh", "-c", "for i in $(seq 30); do setsid /usr/bin/timeout 20 /bin/sh -c 'while :; do :; done' "
+      "</dev/null >/dev/null 2>&1 & done"])
+time.sleep(15)  # under --timeout: the spinners spin while a neighbour is graded
+"""
+WATCH = LIBC + """
+fd = libc.inotify_init1(0o4000)
+wd = libc.inotify_add_watch(fd, sys.prefix.encode(), 0x20 | 0x1)  # IN_OPEN | IN_ACCESS
+fan = libc.fanotify_init(0x200, 0)  # FAN_REPORT_FID: what an unprivileged user may ask for
+said = ["inotify_add_watch: " + ("ok" if wd >= 0 else "denied"), "fanotify_init: " + ("ok" if fan >= 0 else "denied")]
+print(("ESCAPED: " if wd >= 0 or fan >= 0 else "") + ", ".join(said))
+"""
+BUDGET = "import time\ntime.sleep(15)  # each cell under --timeout, together past --notebook-s\n"
+
 ATTACKS = {
     "theft_child": {"ps01_sgd_q1_solution": THEFT_CHILD},
     "read_proc": {"ps01_sgd_q1_solution": READ_PROC},
@@ -247,8 +313,15 @@ ATTACKS = {
     "malformed_reports": {"ps01_sgd_q1_solution": MALFORMED_REPORTS},
     "echo_hidden": {"ps01_sgd_q1_solution": ECHO_HIDDEN},
     "flood_after_denial": {"ps01_sgd_q1_solution": FLOOD_AFTER_DENIAL},
+    "keyring": {"ps01_sgd_q1_solution": _child("ps01_sgd_q1_solution", KEYRING)},
+    "memory": {"ps01_sgd_q1_solution": _child("ps01_sgd_q1_solution", USERNS),
+               "ps01_sgd_q2_solution": _child("ps01_sgd_q2_solution", MEMFD)},
+    "watch_spin": {"ps01_sgd_q1_solution": _child("ps01_sgd_q1_solution", WATCH),
+                   "ps01_sgd_q2_solution": _child("ps01_sgd_q2_solution", FORK_BOMB),
+                   "ps01_sgd_q3_solution": SPINNER},
+    "budget": {f"ps01_sgd_q{i}_solution": BUDGET + ("\n{SOLUTION}" if i == 1 else "") for i in (1, 2, 3)},
 }
-HONEST_POINTS = {"flood": {"q1": 2.0}}  # what an attack answered honestly (everything else must score 0)
+HONEST_POINTS = {"flood": {"q1": 2.0}, "budget": {"q1": 2.0}}  # what attacks answered honestly (the rest scores 0)
 FLAGGED = {"malformed_reports", "echo_hidden", "flood_after_denial"}  # attacks the grader must flag
 _SOLUTION = re.compile(r"### BEGIN SOLUTION.*?### END SOLUTION", re.S)
 

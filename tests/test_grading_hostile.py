@@ -1,7 +1,9 @@
 """A hostile class graded with --jobs 2: attacks score nothing they did not answer, honest students keep full marks.
 
 Set DSGD_HOSTILE_UNSAFE=1 to run the same batch with --unsafe-no-sandbox: the test then lists what the attacks
-got away with (that is how the sandbox was shown to be what holds these properties).
+got away with (that is how the sandbox was shown to be what holds these properties). DSGD_HOSTILE_OFF switches off
+single defences instead, e.g. "seccomp,cgroups,budget" (the seccomp filter, the per-sandbox cgroups, the notebook's
+time budget): the test then fails, naming what each let through.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import re
 import shutil
 import socket
 import stat
+import threading
 import time
 from pathlib import Path
 
@@ -21,17 +24,23 @@ import psutil
 import pytest
 from grading_attacks import ATTACKS, FLAGGED, HONEST_POINTS, MARKER, write_submission
 
-from dsgd_teach.grading import bubblewrap, cli
+from dsgd_teach.grading import bubblewrap, cgroups, cli, seccomp
 from dsgd_teach.grading.notebook import load_assignment
 from dsgd_teach.grading.text import hidden_lines
 
 SOURCE = Path(__file__).resolve().parents[1] / "course" / "assignments" / "source"
 UNSAFE = os.environ.get("DSGD_HOSTILE_UNSAFE") == "1"
 LEFT_OUT = set(os.environ.get("DSGD_HOSTILE_SKIP", "").split(","))  # for the demonstration only, e.g. "plant"
-HONEST = ("b_honest_1", "honest_2", "honest_3")
-NAMES = {"kill_pids": "a_kill_pids"}  # sorts first, so it runs beside an honest student
+OFF = set(os.environ.get("DSGD_HOSTILE_OFF", "").split(","))  # defences switched off, for the demonstration
+HONEST = ("b_honest_1", "c_honest_2", "honest_3")
+NAMES = {"kill_pids": "a_kill_pids", "watch_spin": "b_watch_spin",  # sorted early: they run beside honest students
+         "budget": "d_budget"}
+NOTEBOOK_S = 40  # each notebook's budget: the budget attack's cells sleep 45 s in all
 SPECIAL = {"linker": "symlink", "zeroes": "symlink", "fifo": "FIFO", "sock": "socket"}
 SEED = 4242
+BATCH_S = 330  # the whole batch, on two busy cores (about 250 s)
+MB = 1 << 20
+SANDBOX_MB = 1536 + 512  # a sandbox's cgroup memory limit: --memory-mb plus the worker's share
 
 
 def build_class(root: Path) -> tuple[Path, Path]:
@@ -183,19 +192,85 @@ def check_batch(rc: int, out: Path, subs_before: dict, subs: Path, csv_at_exit: 
     return problems
 
 
+def host_state() -> dict[str, object]:
+    """What a batch must leave as it found it: the kernel's keys and key owners, shared and available memory."""
+    mem = {ln.split(":")[0]: int(ln.split()[1]) * 1024 for ln in Path("/proc/meminfo").read_text().splitlines()}
+    owners = {ln.split(":")[0].strip() for ln in Path("/proc/key-users").read_text().splitlines()}
+    return {"keys": Path("/proc/keys").read_text(), "key_users": owners, "shmem": mem["Shmem"],
+            "available": mem["MemAvailable"]}
+
+
+def watch_shmem(peak: list[int], done: threading.Event) -> None:
+    """Keep the highest Shmem (memfds and tmpfs files, the memory hog's and the nested tmpfs') seen in peak[0]."""
+    while not done.wait(0.1):
+        peak[0] = max(peak[0], int(host_state()["shmem"]))
+
+
+def check_host(before: dict, after: dict, peak_shmem: int, took: float) -> list[str]:
+    """Keys, key owners and memory as before the batch, shared memory bounded by one sandbox's limit, time kept."""
+    problems = []
+    if after["keys"] != before["keys"]:
+        problems.append(f"/proc/keys changed: {sorted(set(after['keys'].splitlines()) - set(before['keys'].splitlines()))}")
+    if after["key_users"] - before["key_users"]:
+        problems.append(f"/proc/key-users gained owners {sorted(after['key_users'] - before['key_users'])}")
+    # MemAvailable moves with everything else on the machine: only a leak of gigabytes shows through that
+    if after["shmem"] > before["shmem"] + 64 * MB or after["available"] < before["available"] - 3072 * MB:
+        problems.append(f"host memory not as before: Shmem {before['shmem'] // MB} -> {after['shmem'] // MB} MB, "
+                        f"MemAvailable {before['available'] // MB} -> {after['available'] // MB} MB")
+    if peak_shmem > before["shmem"] + (SANDBOX_MB + 256) * MB:
+        problems.append(f"Shmem rose by {(peak_shmem - before['shmem']) // MB} MB during the batch, past one "
+                        f"sandbox's {SANDBOX_MB} MB")
+    if took > BATCH_S:
+        problems.append(f"the batch took {took:.0f} s, past its {BATCH_S} s")
+    return problems
+
+
+def check_kernel_attacks(out: Path) -> list[str]:
+    """Keyring, nested namespace, memfds, fork bomb and file watches refused; the memory limit and budget named."""
+    reasons: dict[str, str] = {}
+    for r in _rows(out) if (out / "grades.csv").is_file() else []:
+        reasons[r["student"]] = reasons.get(r["student"], "") + " | " + r["reason"]
+    problems = [f"{name} got through: {text[:300]}" for name, text in reasons.items() if "ESCAPED" in text]
+    if "memory" in reasons and "memory limit of" not in reasons["memory"]:
+        problems.append(f"memory's row does not name the memory limit: {reasons['memory'][:300]}")
+    if "d_budget" in reasons and f"time budget of {NOTEBOOK_S} s ran out" not in reasons["d_budget"]:
+        problems.append(f"d_budget's row does not say its time ran out: {reasons['d_budget'][:300]}")
+    return problems
+
+
+def switch_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    """DSGD_HOSTILE_OFF: run the batch without the named defences (the demonstration that the test needs them)."""
+    if "seccomp" in OFF:
+        monkeypatch.setattr(seccomp, "program", lambda machine=None: None)
+    if "cgroups" in OFF:
+        monkeypatch.setattr(cgroups, "_layout", lambda: (0, {}, "switched off by DSGD_HOSTILE_OFF"))
+
+
 @pytest.mark.timeout(900)
-def test_hostile_class_scores_only_honest_answers(tmp_path):
+def test_hostile_class_scores_only_honest_answers(tmp_path, monkeypatch):
     if not UNSAFE and bubblewrap.probe():
         pytest.skip(f"no OS sandbox here: {bubblewrap.probe()}")
+    switch_off(monkeypatch)
     source, subs = build_class(tmp_path)
     out = tmp_path / "graded"
     before = snapshot(subs)
+    budget = 100_000 if "budget" in OFF else NOTEBOOK_S
     args = [str(subs), "--assignment", "ps01_sgd", "--out", str(out), "--source", str(source), "--timeout", "20",
-            "--cpu-s", "120", "--jobs", "2", "--no-progress", "--seed", str(SEED)]
+            "--cpu-s", "120", "--jobs", "2", "--no-progress", "--seed", str(SEED), "--notebook-s", str(budget)]
+    host, peak, done = host_state(), [0], threading.Event()
+    watcher = threading.Thread(target=watch_shmem, args=(peak, done), daemon=True)
+    watcher.start()
+    t0 = time.monotonic()
     try:
         rc = cli.main(args + (["--unsafe-no-sandbox"] if UNSAFE else []))
+        took = time.monotonic() - t0
         csv_at_exit = (out / "grades.csv").read_bytes() if (out / "grades.csv").is_file() else None
-        problems = check_batch(rc, out, before, subs, csv_at_exit)
+        problems = check_batch(rc, out, before, subs, csv_at_exit) + check_kernel_attacks(out)
     finally:
+        done.set()
+        watcher.join()
         kill_marked()
+    problems += check_host(host, host_state(), peak[0], took)
+    print(f"host before/after: {host['shmem'] // MB}/{host_state()['shmem'] // MB} MB Shmem (peak {peak[0] // MB}), "
+          f"{host['available'] // MB}/{host_state()['available'] // MB} MB available; batch {took:.0f} s")
     assert not problems, "\n".join(problems)

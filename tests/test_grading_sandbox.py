@@ -211,7 +211,7 @@ def test_an_ordinary_user_grades_a_hostile_class_in_the_sandbox():
         for name, kind in (("honest_1", "good"), ("honest_2", "good"), ("stub", "stub"),
                            ("theft_child", "theft_child"), ("read_proc", "read_proc"), ("detached", "detached"),
                            ("malformed_reports", "malformed_reports"), ("echo_hidden", "echo_hidden"),
-                           ("flood_after_denial", "flood_after_denial")):
+                           ("flood_after_denial", "flood_after_denial"), ("keyring", "keyring")):
             write_submission(nb, subs / name / "ps01_sgd.ipynb", kind)
         for here, dirs, files in os.walk(work):
             for name in [here] + [os.path.join(here, n) for n in dirs + files]:
@@ -230,6 +230,7 @@ def test_an_ordinary_user_grades_a_hostile_class_in_the_sandbox():
             cmd = ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh"] + as_user
         else:
             cmd = as_user
+        keys = Path("/proc/keys").read_text()
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=560, cwd=work)
         assert done.returncode == 0, done.stderr[-2000:]
         limits = json.loads((work / "out" / "grading.json").read_text())["cgroup_limits"]
@@ -246,7 +247,11 @@ def test_an_ordinary_user_grades_a_hostile_class_in_the_sandbox():
             totals[r["student"]] = totals.get(r["student"], 0.0) + float(r["points"])
         assert totals == {"honest_1": 6.0, "honest_2": 6.0, "stub": 0.0, "theft_child": 0.0, "read_proc": 0.0,
                           "detached": 0.0, "malformed_reports": 0.0, "echo_hidden": 0.0,
-                          "flood_after_denial": 0.0}, totals
+                          "flood_after_denial": 0.0, "keyring": 0.0}, totals
+        escaped = [r for r in rows if "ESCAPED" in r["reason"]]  # a key stored, for a later sandbox to read
+        assert not escaped, escaped
+        owners = [ln.split(":")[0].strip() for ln in Path("/proc/key-users").read_text().splitlines()]
+        assert Path("/proc/keys").read_text() == keys and str(entry.pw_uid) not in owners, owners
         assert {r["sandbox"] for r in rows} == {"bubblewrap"}
         assert all(os.stat(p).st_uid == entry.pw_uid for p in (work / "out").rglob("*"))
         alive = [p for p in psutil.process_iter(["username", "status"])  # a zombie left to init is dead already
