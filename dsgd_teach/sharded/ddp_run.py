@@ -44,6 +44,7 @@ class DDPConfig(Config):
     seed: int = 0
     compare_torch: bool = False  # also run torch DDP on the same batches, step by step
     compare_back_to_back: bool = False  # also run our DDP with overlap=False on a copy, step by step (the baseline)
+    back_to_back_bucket_mb: float = -1.0  # the baseline's bucket cap; negative: the same as bucket_mb
     threads: int = 1  # torch intra-op threads per rank
     device: str = "auto"
     timeout_s: float = 60.0
@@ -63,6 +64,7 @@ class DDPConfig(Config):
         check_int("seed", self.seed, 0, 2**31 - 1)
         check_bool("compare_torch", self.compare_torch)
         check_bool("compare_back_to_back", self.compare_back_to_back)
+        check_float("back_to_back_bucket_mb", self.back_to_back_bucket_mb, -1.0, 1024.0)
         check_int("threads", self.threads, 1, 64)
         check_choice("device", self.device, DEVICES)
         check_float("timeout_s", self.timeout_s, 0.0, 3600.0, lo_open=True)
@@ -91,7 +93,8 @@ def ddp_rank(ctx: WorkerContext, comm: Comm, config: DDPConfig) -> dict[str, np.
     b2b = b2b_opt = None
     if config.compare_back_to_back:  # the same buckets, all launched after backward, on a copy of the model
         b2b_model = make_mlp(config.width, config.depth, seed=config.seed).to(dev)
-        b2b = OverlappedDDP(b2b_model, comm, bucket, config.allreduce, overlap=False)
+        b2b_mb = config.bucket_mb if config.back_to_back_bucket_mb < 0 else config.back_to_back_bucket_mb
+        b2b = OverlappedDDP(b2b_model, comm, int(b2b_mb * 2**20), config.allreduce, overlap=False)
         b2b_opt = torch.optim.SGD(b2b_model.parameters(), lr=config.lr)
     k, rows = config.accumulate, config.batch_size
 
@@ -131,7 +134,7 @@ def ddp_rank(ctx: WorkerContext, comm: Comm, config: DDPConfig) -> dict[str, np.
         _, t0, t_bwd, t_bwd_end, t1 = train(b2b, b2b_opt, x, y)
         events = b2b.take_events()
         ctx.emit(step=step, event="back_to_back", step_s=t1 - t0, backward_s=t_bwd_end - t_bwd,
-                 allreduce_s=sum(e["done_s"] - e["launch_s"] for e in events),
+                 allreduce_s=sum(e["done_s"] - e["launch_s"] for e in events), buckets=len(events),
                  start=t0 + clock, end=t1 + clock)
 
     def theirs(step: int, x: torch.Tensor, y: torch.Tensor) -> None:
