@@ -81,11 +81,19 @@ def test_wrong_solutions_lose_points_and_alternatives_pass(name):
     assert not problems, "\n".join(problems)
 
 
-def test_removing_one_hidden_check_lets_a_wrong_solution_through():
-    """The suite has power: drop ps02's hidden check of the count an update returns and a mutant escapes."""
-    a = harness.assignment("ps02_hogwild")
-    weakened = harness.without_lines(a, "ps02_hogwild_q1_tests", 'check(f"coordinates written, random update')
-    variant = next(v for v in CATALOG["ps02_hogwild"] if v.name.startswith("returns the nonzeros"))
+REMOVED_CHECKS = [  # (assignment, test cell, text of the removed check's line, the mutant that then escapes)
+    ("ps02_hogwild", "ps02_hogwild_q1_tests", 'check(f"coordinates written, random update', "returns the nonzeros"),
+    ("ps04_syncasync", "ps04_syncasync_q2_tests", 'check(f"async_sgd leaves w0 unchanged',
+     "async_sgd: updates the caller's w0 in place"),
+]
+
+
+@pytest.mark.parametrize(("name", "cell", "line", "mutant"), REMOVED_CHECKS, ids=[c[0] for c in REMOVED_CHECKS])
+def test_removing_one_hidden_check_lets_a_wrong_solution_through(name, cell, line, mutant):
+    """The suite has power: drop one hidden check and a mutant it alone catches gets full marks."""
+    a = harness.assignment(name)
+    weakened = harness.without_lines(a, cell, line)
+    variant = next(v for v in CATALOG[name] if v.name.startswith(mutant))
     assert _escapes(a, [variant], range(3)) == {variant.name: []}
     assert _escapes(weakened, [variant], range(3)) == {variant.name: [0, 1, 2]}
 

@@ -604,50 +604,6 @@ def ring_bytes_sent(log, n, p, itemsize):
         sent[src] += (q + (chunk < extra)) * itemsize
     return sent.tolist()
 """),
-    W("Comm ring: shortcut, every rank sends its whole vector round the ring", "q3", """
-def ring_allreduce_rank(comm, x):
-    p, r = comm.world, comm.rank
-    acc, cur = np.array(x, dtype=float), np.array(x, dtype=float)
-    for s in range(p - 1):
-        buf = np.empty_like(cur)
-        comm.exchange(cur, (r + 1) % p, buf, (r - 1) % p, step=s, phase="reduce-scatter", chunk=-1)
-        acc, cur = acc + buf, buf
-    return acc
-"""),
-    W("Comm ring: all-gather adds instead of replacing", "q3",
-      _RANK.replace("chunks[inc] + buf if reduce else buf", "chunks[inc] + buf")),
-    W("Comm ring: chunks are views of x (the input is modified)", "q3",
-      _RANK.replace("[c.astype(float).copy() for c in np.array_split(np.asarray(x), p)]", "np.array_split(x, p)")
-           .replace("chunks[inc] = chunks[inc] + buf if reduce else buf",
-                    "if reduce:\n            chunks[inc] += buf\n        else:\n            chunks[inc][...] = buf")),
-    W("Comm ring: all-gather steps numbered from 0 again", "q3",
-      _RANK.replace("comm.exchange(chunks[out], right, buf, left, step=s,",
-                    "comm.exchange(chunks[out], right, buf, left, step=s if reduce else s - p + 1,")),
-    W("Comm ring: the received chunk added to the chunk just sent", "q3",
-      _RANK.replace("buf = np.empty_like(chunks[inc])", "buf = np.empty_like(chunks[out])")
-           .replace("chunks[inc] = chunks[inc] + buf if reduce else buf",
-                    "chunks[out] = chunks[out] + buf if reduce else buf")),
-    R("Comm ring: the received chunk first (addition commutes exactly)", "q3",
-      _RANK.replace("chunks[inc] + buf if reduce else buf", "buf + chunks[inc] if reduce else buf")),
-    R("Comm ring on one flat buffer with chunk offsets", "q3", """
-def ring_allreduce_rank(comm, x):
-    p, r = comm.world, comm.rank
-    buf = np.array(x, dtype=float)
-    q, extra = divmod(len(buf), p)
-    start = [c * q + min(c, extra) for c in range(p + 1)]
-    for s in range(2 * (p - 1)):
-        phase = "reduce-scatter" if s < p - 1 else "all-gather"
-        send_c = (r - s) % p if s < p - 1 else (r + 2 + p - 1 - s - 1) % p
-        recv_c = (send_c - 1) % p
-        got = np.empty(start[recv_c + 1] - start[recv_c])
-        comm.exchange(buf[start[send_c]:start[send_c + 1]].copy(), (r + 1) % p, got, (r - 1) % p,
-                      step=s, phase=phase, chunk=send_c)
-        if s < p - 1:
-            buf[start[recv_c]:start[recv_c + 1]] += got
-        else:
-            buf[start[recv_c]:start[recv_c + 1]] = got
-    return buf
-"""),
 ]
 
 PS06 = [
@@ -1207,8 +1163,59 @@ def async_staleness(durations, n_updates):
 ]
 
 
+PS11 = [
+    W("Comm ring: shortcut, every rank sends its whole vector round the ring", "q1", """
+def ring_allreduce_rank(comm, x):
+    p, r = comm.world, comm.rank
+    acc, cur = np.array(x, dtype=float), np.array(x, dtype=float)
+    for s in range(p - 1):
+        buf = np.empty_like(cur)
+        comm.exchange(cur, (r + 1) % p, buf, (r - 1) % p, step=s, phase="reduce-scatter", chunk=-1)
+        acc, cur = acc + buf, buf
+    return acc
+"""),
+    W("Comm ring: all-gather adds instead of replacing", "q1",
+      _RANK.replace("chunks[inc] + buf if reduce else buf", "chunks[inc] + buf")),
+    W("Comm ring: chunks are views of x (the input is modified)", "q1",
+      _RANK.replace("[c.astype(float).copy() for c in np.array_split(np.asarray(x), p)]", "np.array_split(x, p)")
+           .replace("chunks[inc] = chunks[inc] + buf if reduce else buf",
+                    "if reduce:\n            chunks[inc] += buf\n        else:\n            chunks[inc][...] = buf")),
+    W("Comm ring: all-gather steps numbered from 0 again", "q1",
+      _RANK.replace("comm.exchange(chunks[out], right, buf, left, step=s,",
+                    "comm.exchange(chunks[out], right, buf, left, step=s if reduce else s - p + 1,")),
+    W("Comm ring: the received chunk added to the chunk just sent", "q1",
+      _RANK.replace("buf = np.empty_like(chunks[inc])", "buf = np.empty_like(chunks[out])")
+           .replace("chunks[inc] = chunks[inc] + buf if reduce else buf",
+                    "chunks[out] = chunks[out] + buf if reduce else buf")),
+    R("Comm ring: the received chunk first (addition commutes exactly)", "q1",
+      _RANK.replace("chunks[inc] + buf if reduce else buf", "buf + chunks[inc] if reduce else buf")),
+    R("Comm ring on one flat buffer with chunk offsets", "q1", """
+def ring_allreduce_rank(comm, x):
+    p, r = comm.world, comm.rank
+    buf = np.array(x, dtype=float)
+    q, extra = divmod(len(buf), p)
+    start = [c * q + min(c, extra) for c in range(p + 1)]
+    for s in range(2 * (p - 1)):
+        phase = "reduce-scatter" if s < p - 1 else "all-gather"
+        send_c = (r - s) % p if s < p - 1 else (r + 2 + p - 1 - s - 1) % p
+        recv_c = (send_c - 1) % p
+        got = np.empty(start[recv_c + 1] - start[recv_c])
+        comm.exchange(buf[start[send_c]:start[send_c + 1]].copy(), (r + 1) % p, got, (r - 1) % p,
+                      step=s, phase=phase, chunk=send_c)
+        if s < p - 1:
+            buf[start[recv_c]:start[recv_c + 1]] += got
+        else:
+            buf[start[recv_c]:start[recv_c + 1]] = got
+    return buf
+"""),
+    W("Comm ring: sends to the left neighbour, receives from the right", "q1",
+      _RANK.replace("right, left = (r + 1) % p, (r - 1) % p", "right, left = (r - 1) % p, (r + 1) % p")),
+]
+
+
 CATALOG: dict[str, list[Variant]] = {
     "ps01_sgd": PS01, "ps02_hogwild": PS02, "ps03_ps": PS03, "ps04_syncasync": PS04,
     "ps05_collectives": PS05, "ps06_threads": PS06, "ps07_model_parallel": PS07, "ps08_averaging": PS08,
     "ps09_onebit": PS09, "ps10_sim": PS10,
+    "ps11_ring_comm": PS11,
 }
