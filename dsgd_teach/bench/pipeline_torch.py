@@ -3,8 +3,8 @@
 Both sides train the same 8-layer MLP, cut into the same p = 2 stages, on the same batches (512 digits rows, cut
 into m = 4 or 8 microbatches), with plain SGD, over gloo on the CPU, one torch thread per rank: ours with
 run_pipeline on a two-worker dask cluster, torch's with PipelineStage and ScheduleGPipe / Schedule1F1B in two
-processes of their own. Each round runs every setting on both sides (the side that goes first alternates), so
-machine noise hits both alike. A side's step time is the median period between the starts of consecutive steps on
+processes of their own (kept for the whole benchmark). Each round runs every setting on both sides back to back
+(the side that goes first alternates), so machine noise hits both alike. A side's step time is the median period between the starts of consecutive steps on
 stage 0, after a warm-up step; quoted per setting: ours_over_torch_step_ratio (goal <= 1.0), the median over
 rounds of ours over the median over rounds of torch's, with each round's ratio beside it, and the largest
 difference between the two sides' final parameters (the same training: float rounding only).
@@ -23,12 +23,13 @@ from ..cluster import start_client
 from ..collectives.group import find_free_port
 from ..pipeline import PipelineConfig, run_pipeline
 
-BASE = PipelineConfig(stages=2, depth=8, batch_size=512, steps=12, lr=0.01, device="cpu", timeout_s=60)
+BASE = PipelineConfig(stages=2, depth=8, batch_size=512, steps=16, lr=0.01, device="cpu", timeout_s=60)
 SETTINGS = [(schedule, m, hidden) for schedule in ("gpipe", "1f1b") for hidden in (64, 512) for m in (4, 8)]
-ROUNDS = 5
+ROUNDS = 7
 
 
 def _config(schedule: str, m: int, hidden: int) -> PipelineConfig:
+    """The benchmark's model and batches with one setting's schedule, microbatches and width."""
     return BASE.replace(schedule=schedule, microbatches=m, hidden=hidden)
 
 
@@ -40,8 +41,8 @@ def _ours(client: Any, schedule: str, m: int, hidden: int) -> tuple[float, np.nd
     return float(np.median(np.diff(starts.to_numpy())[1:])), result.params
 
 
-def _torch_rank(rank: int, port: int, settings: list[tuple[str, int, int]], out: Any) -> None:
-    """One rank of torch's pipeline: every setting in turn; puts (rank, setting, step period, parameters)."""
+def _torch_rank(rank: int, port: int, commands: Any, out: Any) -> None:
+    """One rank of torch's pipeline: runs each setting it is sent; puts (rank, step period, parameters)."""
     import torch
     import torch.distributed as dist
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
@@ -54,7 +55,7 @@ def _torch_rank(rank: int, port: int, settings: list[tuple[str, int, int]], out:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     try:
-        for schedule, m, hidden in settings:
+        for schedule, m, hidden in iter(commands.get, None):
             config = _config(schedule, m, hidden)
             X_all, y_all = training_data(config)
             units = build_units(config.model, X_all.shape[1], 10, config.depth, config.hidden, config.seed)
@@ -74,26 +75,40 @@ def _torch_rank(rank: int, port: int, settings: list[tuple[str, int, int]], out:
                     pipe.step(target=torch.as_tensor(y_all[idx]))
                 opt.step()
             dist.barrier()
-            out.put((rank, (schedule, m, hidden), float(np.median(np.diff(starts)[1:])), flat_params(module)))
+            out.put((rank, float(np.median(np.diff(starts)[1:])), flat_params(module), torch.get_num_threads()))
     finally:
         dist.destroy_process_group()
 
 
-def _torch_round() -> dict[tuple[str, int, int], tuple[float, np.ndarray]]:
-    """Every setting once with torch's schedules in two fresh processes: step period (rank 0), parameters."""
-    ctx = mp.get_context("spawn")
-    out = ctx.Queue()
-    port = find_free_port()
-    procs = [ctx.Process(target=_torch_rank, args=(r, port, SETTINGS, out)) for r in range(2)]
-    for proc in procs:
-        proc.start()
-    got: dict[int, dict[tuple[str, int, int], tuple[float, np.ndarray]]] = {0: {}, 1: {}}
-    for _ in range(2 * len(SETTINGS)):
-        rank, setting, period, params = out.get(timeout=600)
-        got[rank][setting] = (period, params)
-    for proc in procs:
-        proc.join(timeout=60)
-    return {k: (got[0][k][0], np.concatenate([got[0][k][1], got[1][k][1]])) for k in SETTINGS}
+class TorchPipeline:
+    """torch.distributed.pipelining's two ranks in processes of their own, kept for every run of the benchmark."""
+
+    def __enter__(self) -> TorchPipeline:
+        ctx = mp.get_context("spawn")
+        self.out = ctx.Queue()
+        self.commands = [ctx.Queue() for _ in range(2)]
+        port = find_free_port()
+        self.procs = [ctx.Process(target=_torch_rank, args=(r, port, self.commands[r], self.out), daemon=True)
+                      for r in range(2)]
+        for proc in self.procs:
+            proc.start()
+        return self
+
+    def run(self, setting: tuple[str, int, int]) -> tuple[float, np.ndarray, int]:
+        """Train one setting: rank 0's step period, both stages' parameters, and rank 0's torch threads."""
+        for q in self.commands:
+            q.put(setting)
+        got = dict((rank, (period, params, threads)) for rank, period, params, threads in
+                   (self.out.get(timeout=600) for _ in range(2)))
+        return got[0][0], np.concatenate([got[0][1], got[1][1]]), got[0][2]
+
+    def __exit__(self, *exc: object) -> None:
+        for q in self.commands:
+            q.put(None)
+        for proc in self.procs:
+            proc.join(timeout=60)
+            if proc.is_alive():
+                proc.kill()
 
 
 def measure(rounds: int = ROUNDS) -> dict[str, float | str]:
@@ -102,17 +117,17 @@ def measure(rounds: int = ROUNDS) -> dict[str, float | str]:
     theirs: dict[tuple[str, int, int], list[float]] = {k: [] for k in SETTINGS}
     ours_params: dict[tuple[str, int, int], np.ndarray] = {}
     torch_params: dict[tuple[str, int, int], np.ndarray] = {}
-    with start_client(2, quiet=True, use_gpu=False) as client:
+    with start_client(2, quiet=True, use_gpu=False) as client, TorchPipeline() as torch_pipe:
         for r in range(rounds):
-            for side in (("torch", "ours") if r % 2 else ("ours", "torch")):
-                if side == "torch":
-                    for k, (period, params) in _torch_round().items():
+            for i, k in enumerate(SETTINGS):  # each setting on both sides back to back, the first side alternating
+                for side in (("torch", "ours") if (r + i) % 2 else ("ours", "torch")):
+                    if side == "torch":
+                        period, torch_params[k], torch_threads = torch_pipe.run(k)
                         theirs[k].append(period)
-                        torch_params[k] = params
-                else:
-                    for k in SETTINGS:
+                    else:
                         period, ours_params[k] = _ours(client, *k)
                         ours[k].append(period)
+        ours_threads = sorted(set(client.run(_torch_threads).values()))
     figures: dict[str, float | str] = {}
     for k in SETTINGS:
         name = f"{k[0]}_m{k[1]}_h{k[2]}"
@@ -123,7 +138,15 @@ def measure(rounds: int = ROUNDS) -> dict[str, float | str]:
         figures[f"{name}_ratio_per_round"] = " ".join(f"{x / y:.2f}" for x, y in zip(ours[k], theirs[k], strict=True))
         figures[f"{name}_params_max_abs_diff"] = float(f"{np.max(np.abs(ours_params[k] - torch_params[k])):.3g}")
     figures["rounds"] = rounds
+    figures["torch_threads_per_rank"] = f"ours {ours_threads}, torch's {torch_threads}"
     return figures
+
+
+def _torch_threads() -> int:
+    """torch's intra-op threads in this process (run on each dask worker)."""
+    import torch
+
+    return torch.get_num_threads()
 
 
 if __name__ == "__main__":
