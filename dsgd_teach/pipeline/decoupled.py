@@ -61,7 +61,6 @@ def decoupled_rank(ctx: WorkerContext, comm: Comm, config: Any) -> dict[str, Any
             break
     # after an early stop, the gradients the next stage already sent for steps that will not come
     stage.drain_gradients(range(step + 1, min(step + config.gradient_delay, config.steps - 1) + 1), lag)
-    stage.link.finish()
     stage.close()
     return {"stage": stage.s, "replica": stage.layout.replica, "params": flat_params(stage.module),
             "grads": torch.cat([g.reshape(-1) for g in grads]).cpu().numpy() if grads else
@@ -75,4 +74,4 @@ def _step_out_of_place(module: nn.Module, grads: list[torch.Tensor], lr: float) 
     for sub in module.modules():
         for name, q in list(sub._parameters.items()):
             if q is not None:
-                setattr(sub, name, nn.Parameter(q - lr * next(it)))
+                setattr(sub, name, nn.Parameter(torch.add(q, next(it), alpha=-lr)))

@@ -180,7 +180,8 @@ class Stage:
                 self.link.recv(tuple(self.held[batch, k][1].shape), self.nxt, f"gradient of microbatch {k}")
 
     def close(self) -> None:
-        """Collect the last vote, leave the replicas' sub-groups."""
+        """Deliver the sends still in flight, collect the last vote, leave the replicas' sub-groups."""
+        self.link.finish()
         self.vote.close()
         for group in self.dp_groups:
             dist.destroy_process_group(group)
@@ -220,5 +221,5 @@ def _update(module: nn.Module, grads: list[torch.Tensor], waiting: deque[list[to
     if len(waiting) <= staleness:
         return False
     for p, g in zip(params, waiting.popleft(), strict=True):
-        p -= lr * g
+        p.add_(g, alpha=-lr)  # one pass, no temporary the size of the parameter
     return True

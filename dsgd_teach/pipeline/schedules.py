@@ -1,4 +1,8 @@
-"""The schedules by name, and what can be said about any of them without running it."""
+"""The schedules' tables by name, and what can be said about any of them without running it.
+
+A table lists a stage's actions in order; the plots and the simulator read it, and tests/test_pipeline_loops.py
+checks that each schedule's loop (naive.train_step, gpipe.train_step, one_f_one_b.train_step) performs exactly it.
+"""
 
 from __future__ import annotations
 
