@@ -269,7 +269,7 @@ except OSError as e:
 MEMFD = """
 import os, time
 fds, block = [], b"x" * (1 << 20)
-for _ in range(16):  # 16 x 200 MB = 3.2 GB, each memfd under the 256 MB file-size limit
+for _ in range(16):  # 16 x 200 MB = 3.2 GB, each memfd under the 256 MB file-size limit, none mapped (RLIMIT_AS)
     fds.append(os.memfd_create("hoard"))
     for _ in range(200):
         os.write(fds[-1], block)
@@ -291,9 +291,9 @@ print(("ESCAPED: " if n >= 128 else "") + f"{n} processes started")
 """
 SPINNER = PRELUDE + r"""
 import time
-_run(["/bin/sh", "-c", "for i in $(seq 30); do setsid /usr/bin/timeout 20 /bin/sh -c 'while :; do :; done' "
+_run(["/bin/sh", "-c", "for i in $(seq 30); do setsid /usr/bin/timeout 14 /bin/sh -c 'while :; do :; done' "
       "</dev/null >/dev/null 2>&1 & done"])
-time.sleep(15)  # under --timeout: the spinners spin while a neighbour is graded
+time.sleep(9)  # the spinners spin while a neighbour is graded
 """
 WATCH = LIBC + """
 fd = libc.inotify_init1(0o4000)
@@ -302,7 +302,7 @@ fan = libc.fanotify_init(0x200, 0)  # FAN_REPORT_FID: what an unprivileged user 
 said = ["inotify_add_watch: " + ("ok" if wd >= 0 else "denied"), "fanotify_init: " + ("ok" if fan >= 0 else "denied")]
 print(("ESCAPED: " if wd >= 0 or fan >= 0 else "") + ", ".join(said))
 """
-BUDGET = "import time\ntime.sleep(15)  # each cell under --timeout, together past --notebook-s\n"
+BUDGET = "import time\ntime.sleep(13)  # each cell under --timeout, together past --notebook-s\n"
 
 ATTACKS = {
     "theft_child": {"ps01_sgd_q1_solution": THEFT_CHILD},

@@ -35,7 +35,7 @@ OFF = set(os.environ.get("DSGD_HOSTILE_OFF", "").split(","))  # defences switche
 HONEST = ("b_honest_1", "c_honest_2", "honest_3")
 NAMES = {"kill_pids": "a_kill_pids", "watch_spin": "b_watch_spin",  # sorted early: they run beside honest students
          "budget": "d_budget"}
-NOTEBOOK_S = 40  # each notebook's budget: the budget attack's cells sleep 45 s in all
+NOTEBOOK_S = 35  # each notebook's budget: the budget attack's cells sleep 39 s in all
 SPECIAL = {"linker": "symlink", "zeroes": "symlink", "fifo": "FIFO", "sock": "socket"}
 SEED = 4242
 BATCH_S = 330  # the whole batch, on two busy cores (about 250 s)
