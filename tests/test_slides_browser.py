@@ -1,25 +1,26 @@
-"""Lecture mode in a real browser: a widget panel inside a RISE slideshow (jupyterlab-rise, the slide mode that
-pyproject's `jupyterlab-rise` and the chapters' `slideshow` metadata target), in headless Chromium.
+"""Lecture mode in a real browser: chapters 04 and 05 presented as a RISE slideshow in headless Chromium.
 
-The deck is opened at JupyterLab's /rise/ page, so it is presented by reveal.js from the first moment; its code
-cell is run from the slide (Ctrl+Enter), as a lecturer does. Then, without leaving slide mode: the panel renders
-on the current slide, a control is changed, Run is clicked, and the status must reach "Done" and the live figure's
-pixels must change. Both happen only if what the panel's background run thread sends (widget state and ipympl
-frames; ipykernel 7 changed how output from threads is routed) reaches the panel on the slide: with the thread's
-messages dropped, the status stays "Running…" and this test fails.
+A lecturer runs the chapter, presses Alt+R and talks through the slides. The test does the same in the classic
+notebook's RISE (`rise`, served by `nbclassic` next to JupyterLab): it runs every cell but the last
+(`client.close()`), enters slide mode, advances slide by slide with Space until the widget panel is on the
+current slide, changes a control, clicks Run, and checks, without leaving slide mode, that the status reaches
+"Done" and the live figure's pixels change. Both happen only if what the panel's background run thread sends
+(widget state and ipympl frames; ipykernel 7 changed how output from threads is routed) reaches the browser:
+`test_the_check_fails_when_thread_messages_are_dropped` drops exactly those messages and sees the check fail.
 
-Today it ends as an expected failure at the first check, with the reason: jupyterlab-rise 0.43.1 (the newest on
-PyPI) bundles JupyterLab 4.3.4's core, and the widget manager built for the JupyterLab installed here (4.6) does not
-load into it ("Unsatisfied version ... of shared singleton module" in the browser console), so every widget is shown
-as its text repr on the slide (jupyterlab-contrib/rise#119 and #126). Slides of the chapters without widgets work;
-the panels need the notebook view. When a RISE release loads the widget manager, the panel renders and the rest of
-the test runs unchanged.
+JupyterLab's own slide mode (jupyterlab-rise) is tried too. jupyterlab-rise 0.43.1, the newest on PyPI, bundles
+JupyterLab 4.3.4's core, and the widget manager built for the JupyterLab installed here (4.6) does not load into it
+("Unsatisfied version ... of shared singleton module"), so panels show as their text repr there
+(jupyterlab-contrib/rise#119 and #126): that test ends as an expected failure until a release loads the widget
+manager, and then runs the same checks. Slides without widgets work in both.
 """
 
 from __future__ import annotations
 
 import re
+import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import nbformat
@@ -27,7 +28,15 @@ import pytest
 from browser_support import chromium, chromium_missing_reason, jupyter_lab
 from test_browser import _is_blank, change_a_control
 
+from dsgd_teach.course_runner import COURSE_DIR
+
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(900)]
+
 SCREENSHOTS = Path(__file__).resolve().parents[1] / "build" / "screenshots"
+CHAPTERS = ("04_sync_async", "05_allreduce")
+RUN_BUTTON = re.compile(r"^\s*Run\s*$")
+#: Seconds a panel's run may take before its status must read Done.
+PANEL_TIMEOUT_S = 240
 
 SETUP = """\
 from dsgd_teach import start_client
@@ -40,80 +49,191 @@ panel = ExperimentPanel(client, run_sgd, SGDConfig(steps=300, eval_every=10), re
                         controls={"lr": widgets.Dropdown(options=[0.05, 0.2], value=0.05, description="lr")})
 panel"""
 
+#: Run first in the kernel: every comm message sent from a thread other than the kernel's main thread is dropped.
+DROP_THREAD_MESSAGES = """\
+import threading
+import ipykernel.comm.comm as kernel_comm
 
-def _deck(root: Path) -> Path:
-    def cell(kind, source: str, slide: str):  # noqa: ANN001, ANN202
-        return kind(source, metadata={"slideshow": {"slide_type": slide}})
+_publish = kernel_comm.BaseComm.publish_msg
 
+def _main_thread_only(self, *args, **kwargs):
+    if threading.current_thread() is threading.main_thread():
+        return _publish(self, *args, **kwargs)
+
+kernel_comm.BaseComm.publish_msg = _main_thread_only"""
+
+
+def _deck(root: Path, name: str, sources: list[str]) -> None:
+    """A notebook of code cells, each on a slide of its own, and a closing markdown slide."""
     v4 = nbformat.v4
-    nb = v4.new_notebook(cells=[cell(v4.new_code_cell, SETUP, "slide"),
-                                cell(v4.new_markdown_cell, "## The next slide", "slide")])
+    cells = [v4.new_code_cell(s, metadata={"slideshow": {"slide_type": "slide"}}) for s in sources]
+    cells.append(v4.new_markdown_cell("## The next slide", metadata={"slideshow": {"slide_type": "slide"}}))
+    nb = v4.new_notebook(cells=cells)
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    path = root / "deck.ipynb"
-    nbformat.write(nb, path)
-    return path
+    nb.metadata["rise"] = {"scroll": True}
+    nbformat.write(nb, root / f"{name}.ipynb")
 
 
-@pytest.mark.browser
-@pytest.mark.timeout(600)
-def test_panel_runs_inside_a_rise_slideshow(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def slides(tmp_path_factory) -> Iterator[tuple[object, object]]:  # noqa: ANN001
+    """A Jupyter server (JupyterLab and the classic notebook) on a copy of the two chapters and two decks."""
     reason = chromium_missing_reason()
     if reason:
         pytest.skip(reason)
-    root = tmp_path / "deck"
+    tmp = tmp_path_factory.mktemp("slides")
+    root = tmp / "course"
     root.mkdir()
-    _deck(root)
+    for chapter in CHAPTERS:
+        shutil.copyfile(COURSE_DIR / f"{chapter}.ipynb", root / f"{chapter}.ipynb")
+    _deck(root, "deck", [SETUP])
+    _deck(root, "deck_dropping", [DROP_THREAD_MESSAGES + "\n\n" + SETUP])
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    with jupyter_lab(root, tmp_path / "lab", {"DSGD_SMOKE": "1"}, start_timeout=300) as server, \
-            chromium(tmp_path / "profile") as browser:
-        page = browser.new_page()
-        try:
-            page.goto(f"{server.url}/rise/deck.ipynb?token={server.token}", timeout=180_000)
-            deck = page.locator(".jp-NotebookPanel.reveal.ready")
-            deck.wait_for(timeout=180_000)
-            current = page.locator(".reveal .slides section.present")
-            editor = current.locator(".jp-CodeCell .cm-content").first
-            editor.wait_for(timeout=60_000)
-            page.wait_for_function(  # a kernel to run the cell on
-                "() => !/No Kernel|Connecting|Starting/i.test(document.body.innerText)", timeout=180_000)
-            editor.click()
-            page.keyboard.press("Control+Enter")  # run in place: Shift+Enter would move on to the next slide
-            run = current.locator(".widget-hbox > button", has_text=re.compile(r"^\s*Run\s*$"))
-            as_text = current.locator(".jp-OutputArea-output[data-mime-type='text/plain']",
-                                      has_text="ExperimentPanel(")
-            run.first.or_(as_text.first).wait_for(timeout=240_000)
-            if as_text.count() and not run.count():
-                page.screenshot(path=str(SCREENSHOTS / "slides_panel_as_text.png"))
-                pytest.xfail("the RISE slideshow shows the panel as its text repr: jupyterlab-rise's bundled "
-                             "JupyterLab core does not load the installed widget manager "
-                             "(jupyterlab-contrib/rise#126)")
-            assert "ready" in (deck.get_attribute("class") or ""), "running the cell left slide mode"
-            panel = run.first.locator("xpath=../..")
-            canvas = panel.locator(".jupyter-matplotlib-canvas-div").first
-            canvas.wait_for(timeout=60_000)
-            before = canvas.screenshot()
-            changed = change_a_control(panel)
-            status = run.first.locator("xpath=..").locator(".widget-html-content").first
-            run.first.click()
-            deadline, text = time.monotonic() + 180, ""
-            while time.monotonic() < deadline:
-                text = status.text_content() or ""
-                if re.match(r"(Done|Stopped|Failed)", text):
-                    break
-                time.sleep(0.5)
-            page.screenshot(path=str(SCREENSHOTS / "slides_panel.png"))
-            assert text.startswith("Done"), f"panel status in slide mode is {text!r} after changing {changed}"
-            assert not [e for e in panel.locator(".dsgd-error").all_text_contents() if e.strip()]
-            after, deadline = canvas.screenshot(), time.monotonic() + 30
-            while (after == before or _is_blank(after)) and time.monotonic() < deadline:
-                time.sleep(0.5)
-                after = canvas.screenshot()
-            assert after != before and not _is_blank(after), "the live figure did not update in slide mode"
-            assert page.locator(".reveal .slides section.present").count() == 1
-            assert "ready" in (deck.get_attribute("class") or ""), "the run left slide mode"
-        except Exception:
-            page.screenshot(path=str(SCREENSHOTS / "slides_failure.png"))
-            raise
-        finally:
-            server.shutdown_kernels()
-            page.close()
+    env = {"DSGD_SMOKE": "1", "DSGD_SHAPED_HOSTS": "0"}
+    with jupyter_lab(root, tmp / "lab", env, start_timeout=300) as server, chromium(tmp / "profile") as browser:
+        yield server, browser
+        server.shutdown_kernels()
+
+
+def _open_classic(server, browser, name: str):  # noqa: ANN001, ANN202 - playwright Page
+    page = browser.new_page()
+    page.goto(f"{server.url}/nbclassic/notebooks/{name}.ipynb?token={server.token}", timeout=180_000)
+    page.wait_for_function(
+        "() => window.Jupyter && Jupyter.notebook && Jupyter.notebook._fully_loaded && Jupyter.notebook.kernel"
+        " && Jupyter.notebook.kernel.is_connected()", timeout=180_000)  # fmt: skip
+    # The widget manager asks the kernel for its widgets when it connects and re-renders every widget output when
+    # the answer comes; cells run before that lose their views. The kernel answers shell messages in order, so
+    # once a trivial execution has replied, the answer has arrived (a person waits for the kernel indicator).
+    page.evaluate("""() => new Promise(done => Jupyter.notebook.kernel.execute('None', {shell: {reply: done}}))""")
+    page.wait_for_timeout(1000)
+    return page
+
+
+def _run_all_but_last(page, timeout_s: float = 420) -> None:  # noqa: ANN001
+    """Run every cell up to (not including) the last code cell, as Cell > Run All Above would, and wait."""
+    page.evaluate("""() => { const cells = Jupyter.notebook.get_cells(); let last = 0;
+        cells.forEach((c, i) => { if (c.cell_type === 'code') last = i; });
+        window.__dsgdLast = cells.length === last + 1 && cells[last].get_text().includes('close()') ? last : cells.length;
+        Jupyter.notebook.execute_cell_range(0, window.__dsgdLast); }""")
+    page.wait_for_function(
+        """() => !Jupyter.notebook.kernel_busy && Jupyter.notebook.get_cells().slice(0, window.__dsgdLast).every(
+            c => c.cell_type !== 'code' || typeof c.input_prompt_number === 'number')""",
+        timeout=timeout_s * 1000, polling=1000)  # fmt: skip
+    errors = page.locator(".output_error").all_text_contents()
+    assert not errors, f"a cell raised: {errors[0][:2000]}"
+
+
+def _present_until_panel(page):  # noqa: ANN001, ANN202 - playwright Locator
+    """Enter RISE (Alt+R) at the first slide and press Space until a panel's Run button shows on the current slide."""
+    page.keyboard.press("Escape")
+    page.evaluate("() => Jupyter.notebook.select(0)")
+    page.keyboard.press("Alt+r")
+    page.wait_for_selector("body.rise-enabled .reveal.ready", timeout=60_000)
+    run = page.locator(".reveal .slides section.present:not(.stack) .widget-hbox > button", has_text=RUN_BUTTON)
+    for _ in range(300):
+        if run.count() and run.first.is_visible():  # a fragment not yet shown is hidden
+            page.wait_for_timeout(1500)  # let the slide transition end before judging where the button is
+            box, height = run.first.bounding_box(), page.viewport_size["height"]
+            assert box and 0 <= box["y"] and box["y"] + box["height"] <= height, f"Run is off the slide: {box}"
+            return run.first
+        page.keyboard.press("Space")
+        page.wait_for_timeout(100)
+    raise AssertionError("pressed Space 300 times and no slide showed a panel's Run button")  # pragma: no cover
+
+
+def _run_panel_on_slide(page, run, timeout_s: float = PANEL_TIMEOUT_S) -> tuple[str, str, bytes, bytes]:  # noqa: ANN001
+    """Change a control and click Run on the current slide; the status reached, what changed, figure before/after."""
+    panel = run.locator("xpath=../..")
+    canvas = panel.locator(".jupyter-matplotlib-canvas-div").first
+    canvas.wait_for(timeout=60_000)
+    before = canvas.screenshot()
+    changed = change_a_control(panel)
+    status = run.locator("xpath=..").locator(".widget-html-content").first
+    run.click()
+    deadline, text = time.monotonic() + timeout_s, ""
+    while time.monotonic() < deadline:
+        text = status.text_content() or ""
+        if re.match(r"(Done|Stopped|Failed)", text):
+            break
+        time.sleep(0.5)
+    after, deadline = canvas.screenshot(), time.monotonic() + (30 if text.startswith("Done") else 0)
+    while (after == before or _is_blank(after)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+        after = canvas.screenshot()
+    return text, changed, before, after
+
+
+def _still_presenting(page) -> bool:  # noqa: ANN001
+    return bool(page.evaluate("() => document.body.classList.contains('rise-enabled')"))
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_a_chapter_panel_runs_inside_a_rise_slideshow(slides, chapter: str) -> None:  # noqa: ANN001
+    server, browser = slides
+    page = _open_classic(server, browser, chapter)
+    try:
+        _run_all_but_last(page)
+        run = _present_until_panel(page)
+        page.screenshot(path=str(SCREENSHOTS / f"slides_{chapter}_panel_slide.png"))
+        text, changed, before, after = _run_panel_on_slide(page, run)
+        page.screenshot(path=str(SCREENSHOTS / f"slides_{chapter}.png"))
+        assert text.startswith("Done"), f"{chapter}: panel status in slide mode is {text!r} after changing {changed}"
+        errors = [e for e in run.locator("xpath=../..").locator(".dsgd-error").all_text_contents() if e.strip()]
+        assert not errors, f"{chapter}: the panel shows an error in slide mode: {errors}"
+        assert after != before and not _is_blank(after), f"{chapter}: the live figure did not update in slide mode"
+        assert _still_presenting(page), f"{chapter}: the run left slide mode"
+    except Exception:
+        page.screenshot(path=str(SCREENSHOTS / f"slides_{chapter}_failure.png"))
+        raise
+    finally:
+        server.shutdown_kernels()
+        page.close()
+
+
+def test_the_check_fails_when_thread_messages_are_dropped(slides) -> None:  # noqa: ANN001
+    """With the run thread's comm messages dropped, the slide never sees Done and the figure never changes."""
+    server, browser = slides
+    page = _open_classic(server, browser, "deck_dropping")
+    try:
+        _run_all_but_last(page, timeout_s=180)
+        run = _present_until_panel(page)
+        text, changed, before, after = _run_panel_on_slide(page, run, timeout_s=45)
+        assert text.startswith("Running"), f"status {text!r}: the thread's messages were not dropped"
+        assert after == before, "the figure changed although the thread's frames were dropped"
+        assert _still_presenting(page)
+    finally:
+        server.shutdown_kernels()
+        page.close()
+
+
+def test_panel_runs_inside_a_jupyterlab_rise_slideshow(slides) -> None:  # noqa: ANN001
+    """The same checks in JupyterLab's /rise/ page; an expected failure while jupyterlab-rise cannot load widgets."""
+    server, browser = slides
+    page = browser.new_page()
+    try:
+        page.goto(f"{server.url}/rise/deck.ipynb?token={server.token}", timeout=180_000)
+        deck = page.locator(".jp-NotebookPanel.reveal.ready")
+        deck.wait_for(timeout=180_000)
+        current = page.locator(".reveal .slides section.present")
+        editor = current.locator(".jp-CodeCell .cm-content").first
+        editor.wait_for(timeout=60_000)
+        page.wait_for_function(  # a kernel to run the cell on
+            "() => !/No Kernel|Connecting|Starting/i.test(document.body.innerText)", timeout=180_000)
+        editor.click()
+        page.keyboard.press("Control+Enter")  # run in place: Shift+Enter would move on to the next slide
+        run = current.locator(".widget-hbox > button", has_text=RUN_BUTTON)
+        as_text = current.locator(".jp-OutputArea-output[data-mime-type='text/plain']", has_text="ExperimentPanel(")
+        run.first.or_(as_text.first).wait_for(timeout=240_000)
+        if as_text.count() and not run.count():
+            page.screenshot(path=str(SCREENSHOTS / "slides_jupyterlab_rise_panel_as_text.png"))
+            pytest.xfail("jupyterlab-rise shows the panel as its text repr: its bundled JupyterLab core does not load "
+                         "the installed widget manager (jupyterlab-contrib/rise#126)")
+        text, changed, before, after = _run_panel_on_slide(page, run.first)
+        assert text.startswith("Done"), f"panel status in slide mode is {text!r} after changing {changed}"
+        assert after != before and not _is_blank(after), "the live figure did not update in slide mode"
+        assert "ready" in (deck.get_attribute("class") or ""), "the run left slide mode"
+    except Exception:
+        page.screenshot(path=str(SCREENSHOTS / "slides_jupyterlab_rise_failure.png"))
+        raise
+    finally:
+        server.shutdown_kernels()
+        page.close()
