@@ -1208,6 +1208,44 @@ def ring_allreduce_rank(comm, x):
             buf[start[recv_c]:start[recv_c + 1]] = got
     return buf
 """),
+    W("log: elements counted, not bytes", "q2", """
+def log_bytes(log):
+    return (sum(m["elements"] * 1 for m in log if m["direction"] == "send"),
+            sum(m["elements"] for m in log if m["direction"] == "recv"))
+"""),
+    W("busiest link: recv records counted too (each message twice)", "q2", """
+def busiest_link(logs):
+    load = {}
+    for log in logs:
+        for m in log:
+            load[(m["src"], m["dst"])] = load.get((m["src"], m["dst"]), 0) + m["bytes"]
+    return max(load, key=lambda pair: (load[pair], pair)) if load else None
+"""),
+    W("busiest link: the most messages, not the most bytes", "q2", """
+def busiest_link(logs):
+    load = {}
+    for log in logs:
+        for m in log:
+            if m["direction"] == "send":
+                load[(m["src"], m["dst"])] = load.get((m["src"], m["dst"]), 0) + 1
+    return min(load, key=lambda pair: (-load[pair], pair)) if load else None
+"""),
+    R("log read with collections.Counter and sorted()", "q2", """
+from collections import Counter
+
+def log_bytes(log):
+    c = Counter()
+    for m in log:
+        c[m["direction"]] += m["bytes"]
+    return c["send"], c["recv"]
+
+
+def busiest_link(logs):
+    load = Counter()
+    for m in (m for log in logs for m in log if m["direction"] == "send"):
+        load[(m["src"], m["dst"])] += m["bytes"]
+    return sorted(load, key=lambda pair: (-load[pair], pair))[0] if load else None
+"""),
     W("Comm ring: sends to the left neighbour, receives from the right", "q1",
       _RANK.replace("right, left = (r + 1) % p, (r - 1) % p", "right, left = (r - 1) % p, (r + 1) % p")),
 ]
