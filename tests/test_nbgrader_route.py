@@ -43,14 +43,15 @@ _SOLUTION = re.compile(r"[ \t]*### (BEGIN|END) SOLUTION\n?")
 # Wrong but well-formed answers: they run to the end of every test cell, so only the checks can catch them.
 WRONG = {
     "ps04_syncasync_q1_solution": "def backup_aggregate(arrivals, n_needed):\n    return np.zeros(2), [], []\n",
-    "ps04_syncasync_q2_solution": ("def staleness_lr(base_lr, staleness):\n    return base_lr\n\n"
-                                   "def async_apply(w0, updates, base_lr):\n"
-                                   "    return np.array(w0, dtype=float), [0] * len(updates)\n"),
+    "ps04_syncasync_q2_solution": ("def async_apply(w0, updates, base_lr):\n"
+                                   "    return np.array(w0, dtype=float), [0] * len(updates)\n\n"
+                                   "def async_sgd(w0, grad_fn, compute_times, n_updates, base_lr):\n"
+                                   "    return np.array(w0, dtype=float), [(0, 0)] * n_updates\n"),
     "ps05_collectives_q1_solution": ("def ring_schedule(p):\n"
                                      "    return [[(r, (r + 1) % p, r) for r in range(p)] for s in range(2 * (p - 1))]\n"),
-    "ps05_collectives_q2_solution": ("def ring_allreduce(arrays):\n"
+    "ps05_collectives_q2_solution": ("def ring_allreduce(arrays, log=None):\n"
                                      "    return [np.asarray(a, dtype=float).copy() for a in arrays]\n\n"
-                                     "def ring_bytes_per_rank(n_bytes, p):\n    return n_bytes\n"),
+                                     "def ring_bytes_sent(log, n, p, itemsize):\n    return [n * itemsize] * p\n"),
 }
 REDEFINE = "def check(*args, **kwargs):\n    pass\n"
 PATCH_MODULE = """import dsgd_teach.grading.checks as _checks, dsgd_teach.grading.values as _values
