@@ -1251,9 +1251,12 @@ def busiest_link(logs):
 ]
 
 
+from .ps12_sharding import PS12  # noqa: E402 - after W and R, which ps12_sharding imports from here
+
 CATALOG: dict[str, list[Variant]] = {
     "ps01_sgd": PS01, "ps02_hogwild": PS02, "ps03_ps": PS03, "ps04_syncasync": PS04,
     "ps05_collectives": PS05, "ps06_threads": PS06, "ps07_model_parallel": PS07, "ps08_averaging": PS08,
     "ps09_onebit": PS09, "ps10_sim": PS10,
     "ps11_ring_comm": PS11,
+    "ps12_sharding": PS12,
 }
