@@ -13,29 +13,45 @@ from .plots import (
     plot_allreduce_vs_workers,
     plot_calibration,
     plot_result,
+    plot_sharded_at_scale,
     plot_sim_live,
     plot_staleness_vs_workers,
     plot_step_times,
 )
 from .run import run_simulated
+from .sharded import (
+    TRANSFORMERS,
+    ShardedSimConfig,
+    fewest_gpus,
+    run_sharded_sim,
+    sharded_sweep,
+    simulate_sharded_step,
+)
 
 __all__ = [
     "EXPERIMENTS",
     "MAX_SIM_WORKERS",
+    "TRANSFORMERS",
     "AlphaBetaNet",
+    "ShardedSimConfig",
     "SimConfig",
     "calibrate",
+    "fewest_gpus",
     "fit_machine",
     "from_config",
     "plot_allreduce_vs_workers",
     "plot_calibration",
     "plot_result",
+    "plot_sharded_at_scale",
     "plot_sim_live",
     "plot_staleness_vs_workers",
     "plot_step_times",
     "real_runs",
     "ring_closed_form",
+    "run_sharded_sim",
     "run_simulated",
+    "sharded_sweep",
+    "simulate_sharded_step",
 ]
 
 EXPERIMENTS = {

@@ -123,3 +123,35 @@ def plot_result(result: Result, figsize: tuple[float, float] = (9, 3.4)) -> Figu
     fig = plt.figure(figsize=figsize)
     plot_sim_live(fig, result.trace)
     return fig
+
+
+def plot_sharded_at_scale(table: pd.DataFrame, gpu_gib: float = 80.0,
+                          figsize: tuple[float, float] = (10, 3.6)) -> Figure:
+    """sim.sharded's sweep: memory per GPU against N per ZeRO stage with the GPU's line (left), and step time
+    against N with and without overlap (right; stages 0-2 send the same bytes, so they share a line; dots mark
+    the configurations that fit in memory)."""
+    fig, (ax_mem, ax_time) = plt.subplots(1, 2, figsize=figsize)
+    memory = table.drop_duplicates(["stage", "workers"])
+    for stage, rows in memory.groupby("stage"):
+        ax_mem.loglog(rows.workers, rows.total_gib, "o-", ms=3, label=f"ZeRO-{stage}")
+    ax_mem.axhline(gpu_gib, color="k", ls="--", lw=1, label=f"{gpu_gib:g} GiB per GPU")
+    ax_mem.set_xscale("log", base=2)
+    ax_mem.set_xlabel("GPUs N")
+    ax_mem.set_ylabel("memory per GPU (GiB)")
+    ax_mem.legend(fontsize="small")
+    for (third, overlap), rows in table.assign(third=table.stage == 3).groupby(["third", "overlap"]):
+        rows = rows.drop_duplicates("workers")
+        name = "ZeRO-3" if third else "ZeRO-0/1/2"
+        ax_time.plot(rows.workers, rows.step_s, "-" if overlap else "--", color="tab:red" if third else "tab:blue",
+                     label=f"{name}, {'overlapped' if overlap else 'not overlapped'}")
+        fits = rows[rows.fits]
+        ax_time.plot(fits.workers, fits.step_s, "o", ms=3, color="tab:red" if third else "tab:blue")
+    compute = table.drop_duplicates("workers")
+    ax_time.plot(compute.workers, compute.compute_s, "k:", label="compute alone")
+    ax_time.set_xscale("log", base=2)
+    ax_time.set_ylim(bottom=0)
+    ax_time.set_xlabel("GPUs N")
+    ax_time.set_ylabel("seconds per step (simulated)")
+    ax_time.legend(fontsize="small")
+    fig.tight_layout()
+    return fig
