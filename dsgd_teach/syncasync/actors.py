@@ -8,13 +8,13 @@ status "pending", so worker tasks regain control often enough to notice a stop r
 from __future__ import annotations
 
 import asyncio
-import pickle
 import time
 from typing import Any
 
 import numpy as np
 
 from ..ps.optimizers import DEFAULT_DC_LAMBDA, make_optimizer
+from ..runtime import pack, unpack
 from .onebit import OneBitMessage
 from .schedule import StalenessGate, StepLog, SyncRound
 
@@ -27,17 +27,6 @@ def _decode(payload: np.ndarray | OneBitMessage) -> tuple[np.ndarray, int]:
     return arr, int(arr.nbytes)
 
 
-def pack(*fields: Any) -> bytes:
-    """One actor-call argument (or reply) for many fields: dask serialises each argument of an actor call on its
-    own, which costs more here than the small gradient itself (about 0.6 ms per push and reply, measured)."""
-    return pickle.dumps(fields, protocol=5)
-
-
-def unpack(message: bytes) -> tuple[Any, ...]:
-    """The fields of a pack()ed message."""
-    return pickle.loads(message)
-
-
 class _Waitable:
     """An asyncio event re-armed at every state change; created lazily on the worker's event loop."""
 
@@ -47,15 +36,17 @@ class _Waitable:
         self.world = world
         self.joined: set[int] = set()
 
-    async def join(self, rank: int) -> bool:
-        """Start barrier: rank has its data and model ready; True (after one slice at most) once all have."""
+    async def join(self, rank: int) -> str:
+        """Start barrier: rank has its data and model ready; "run" once all have ("pending" after one slice)."""
         self.joined.add(rank)
         if len(self.joined) == self.world:
             self.on_start()
             self.notify()
         elif not self.stopped:
             await self.wait(getattr(self, "slice_s", 0.25))
-        return len(self.joined) >= self.world or self.stopped
+        if self.stopped:
+            return "stopped"
+        return "run" if len(self.joined) >= self.world else "pending"
 
     def on_start(self) -> None:
         """Hook run once when every rank has joined."""

@@ -21,9 +21,11 @@ from ..live import WorkerContext, pick_workers, run_live
 from ..models import loss_and_grad
 from ..problem import get_problem
 from ..ps.optimizers import DEFAULT_DC_LAMBDA, OPTIMIZERS
+from ..runtime import ActorCalls
 from ..sampling import batch_indices
 from ..trace import OnUpdate, Result
 from .actors import AsyncServer
+from .ps_adapter import PsAsAsyncServer
 from .settings import ChapterConfig, EvalRecorder, check_cluster, summarize
 
 SERVERS = ("gate", "ps")
@@ -64,38 +66,17 @@ class AsyncConfig(ChapterConfig):
         return "staleness_aware" if self.staleness_aware else self.optimizer
 
 
-def _retry(ctx: WorkerContext, server: Any, call: Any, timeout_s: float) -> Any:
-    """Repeat a gated call while it answers 'pending', polling the stop flag; bounded by timeout_s."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        out = call().result(timeout=30)
-        status = out[0] if isinstance(out, tuple) else out["status"]
-        if status != "pending":
-            return out
-        if ctx.should_stop():
-            server.stop_all().result(timeout=30)
-        elif time.monotonic() > deadline:
-            server.stop_all().result(timeout=30)
-            raise TimeoutError(f"rank {ctx.rank}: the server kept it waiting for {timeout_s:.0f} s")
-
-
 def _async_worker(ctx: WorkerContext, config: AsyncConfig, server: Any) -> int:
-    """One rank's loop against AsyncServer: read, compute, inject delay, write; returns gradients applied."""
+    """One rank's loop: read the parameters, compute, inject delay, push; returns the gradients it pushed."""
     problem = get_problem(config.problem)
     shard = problem.train_shard(ctx.rank, config.world)
     delays = config.delay_model()
+    calls = ActorCalls(server, ctx, config.timeout_s, what="the parameter server")
+    calls("join", ctx.rank)  # start together: nobody races ahead while the others load
     k = 0
-    deadline = time.monotonic() + config.timeout_s
-    while not server.join(ctx.rank).result(timeout=30):  # start together: nobody races ahead while others load
-        if ctx.should_stop() or time.monotonic() > deadline:
-            server.stop_all().result(timeout=30)
-            break
-    while True:
-        if ctx.should_stop():
-            server.stop_all().result(timeout=30)
-            break
+    while not calls.stopping():
         t0 = time.perf_counter()
-        status, version, w = _retry(ctx, server, lambda: server.pull(ctx.rank), config.timeout_s)
+        status, version, w = calls("pull", ctx.rank)  # waits while the staleness gate holds this rank back
         if status != "run":
             break
         t_begin, t1 = time.time() - ctx.t0, time.perf_counter()
@@ -106,52 +87,16 @@ def _async_worker(ctx: WorkerContext, config: AsyncConfig, server: Any) -> int:
         if delay > 0:
             time.sleep(delay)  # injected straggler delay, recorded as injected_delay
         t2 = time.perf_counter()
-        receipt = _retry(ctx, server, lambda g=grad: server.push(ctx.rank, g), config.timeout_s)
+        receipt = calls("push", ctx.rank, grad)
         if receipt["status"] != "applied":
             break
-        applied = receipt["version_applied"]
         snapshot = receipt.get("params")
         ctx.emit(
-            step=k, event="push", loss=loss, version_read=receipt["version_read"], version_applied=applied,
-            staleness=receipt["staleness"], bytes_sent=receipt["bytes"] + w.nbytes, injected_delay=delay,
-            lr_scale=receipt["scale"], t_begin=t_begin, compute_s=compute_s,
-            wait_s=0.0, comm_s=(t1 - t0) + (time.perf_counter() - t2),
+            step=k, event="push", loss=loss, version_read=receipt["version_read"],
+            version_applied=receipt["version_applied"], staleness=receipt["staleness"],
+            bytes_sent=receipt["bytes"] + w.nbytes, injected_delay=delay, lr_scale=receipt["scale"],
+            t_begin=t_begin, compute_s=compute_s, wait_s=0.0, comm_s=(t1 - t0) + (time.perf_counter() - t2),
             **({"params": snapshot.tolist()} if snapshot is not None else {}),
-        )
-        k += 1
-    return k
-
-
-def _ps_worker(ctx: WorkerContext, config: AsyncConfig, server: Any) -> int:
-    """One rank's loop against chapter 03's ShardedServer (plain async); stops once `steps` updates landed."""
-    problem = get_problem(config.problem)
-    shard = problem.train_shard(ctx.rank, config.world)
-    delays = config.delay_model()
-    k, next_eval = 0, config.eval_every
-    while not ctx.should_stop():
-        t0 = time.perf_counter()
-        w, versions = server.pull()
-        if ctx.rank == 0 and (versions[0] >= next_eval or versions[0] >= config.steps):
-            ctx.emit(worker=-1, step=versions[0], event="snapshot", version_applied=versions[0], params=w.tolist())
-            next_eval = (versions[0] // config.eval_every + 1) * config.eval_every
-        if versions[0] >= config.steps:
-            break
-        t_begin, t1 = time.time() - ctx.t0, time.perf_counter()
-        idx = batch_indices(shard.n_samples, config.batch_size, k, config.seed + ctx.rank)
-        loss, grad = loss_and_grad(problem.model, w, shard.X[idx], shard.y[idx])
-        compute_s = time.perf_counter() - t1
-        delay = delays.delay(ctx.rank, k)
-        if delay > 0:
-            time.sleep(delay)  # injected straggler delay, recorded as injected_delay
-        t2 = time.perf_counter()
-        receipts = server.push((ctx.rank, k), grad, versions)
-        applied = max(r["version_applied"] for r in receipts)
-        tau = max(r["staleness"] for r in receipts)
-        ctx.emit(
-            step=k, event="push", loss=loss, version_read=versions[0], version_applied=applied,
-            staleness=tau, bytes_sent=sum(r["bytes"] for r in receipts) + w.nbytes, injected_delay=delay,
-            lr_scale=1.0 / max(1, tau) if config.rule == "staleness_aware" else 1.0, t_begin=t_begin, compute_s=compute_s, wait_s=0.0,
-            comm_s=(t1 - t0) + (time.perf_counter() - t2),
         )
         k += 1
     return k
@@ -171,7 +116,8 @@ def run_async(config: AsyncConfig, client: Client, on_update: OnUpdate | None = 
             client, problem.init_params, 1, optimizer=config.rule, lr=config.lr, dc_lambda=config.dc_lambda
         )
         try:
-            _, stopped = run_live(client, _ps_worker, [(config, server)] * config.world, recorder, timeout_s=budget)
+            adapter = PsAsAsyncServer(server, config.steps, config.eval_every, config.rule == "staleness_aware")
+            _, stopped = run_live(client, _async_worker, [(config, adapter)] * config.world, recorder, timeout_s=budget)
             params, version = server.pull()[0], server.pull()[1][0]
         finally:
             server.close()

@@ -19,9 +19,10 @@ from ..config import check_bool, check_int
 from ..live import WorkerContext, pick_workers, run_live
 from ..models import loss_and_grad
 from ..problem import get_problem
+from ..runtime import ActorCalls
 from ..sampling import batch_indices
 from ..trace import OnUpdate, Result
-from .actors import SyncCoordinator, pack, unpack
+from .actors import SyncCoordinator
 from .onebit import OneBitCompressor, raw_nbytes
 from .settings import MAX_WORKERS, ChapterConfig, EvalRecorder, check_cluster, summarize
 
@@ -46,33 +47,17 @@ class SyncConfig(ChapterConfig):
         return self.workers + self.backups
 
 
-def _call(future: Any, timeout_s: float) -> Any:
-    """Result of an actor call, bounded in time."""
-    return future.result(timeout=timeout_s)
-
-
 def _sync_worker(ctx: WorkerContext, config: SyncConfig, coord: Any) -> int:
     """One rank's loop: pull, compute, inject delay, push; returns the number of gradients it sent."""
     problem = get_problem(config.problem)
     shard = problem.train_shard(ctx.rank, config.world)
     delays = config.delay_model()
     compressor = OneBitCompressor(problem.init_params.size, config.error_feedback) if config.compression else None
-    call_s = 30.0
+    server = ActorCalls(coord, ctx, config.timeout_s, packed=("push",), what="the step coordinator")
+    server("join", ctx.rank)  # start together: nobody races ahead while the others load
+    status, version, w = server("pull", -1)
     sent = 0
-    status, version, w = "pending", -1, None
-    deadline = time.monotonic() + config.timeout_s
-    while not _call(coord.join(ctx.rank), call_s):  # start together: nobody races ahead while others load
-        if ctx.should_stop() or time.monotonic() > deadline:
-            _call(coord.stop_all(), call_s)
-            break
-    while status == "pending":
-        status, version, w = _call(coord.pull(-1), call_s)
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"rank {ctx.rank}: no parameters within {config.timeout_s:.0f} s")
-    while status == "run":
-        if ctx.should_stop():
-            _call(coord.stop_all(), call_s)
-            break
+    while status == "run" and not server.stopping():
         t_begin = time.time() - ctx.t0
         t0 = time.perf_counter()
         idx = batch_indices(shard.n_samples, config.batch_size, version, config.seed + ctx.rank)
@@ -82,33 +67,21 @@ def _sync_worker(ctx: WorkerContext, config: SyncConfig, coord: Any) -> int:
         cancelled = False
         if delay > 0 and config.backups > 0:  # injected straggler delay, cut short once the step is done
             t_delay = time.perf_counter()
-            cancelled = _call(coord.wait_past(version, delay), call_s + delay) > version
+            cancelled = server("wait_past", version, delay, extra_s=delay) > version
             delay = time.perf_counter() - t_delay if cancelled else max(delay, time.perf_counter() - t_delay)
         elif delay > 0:
             time.sleep(delay)  # injected straggler delay, recorded as injected_delay
         t1 = time.perf_counter()
         if cancelled:  # the step completed without us: drop the gradient unsent, start on the new version
             verdict, waited, nbytes, completed = "cancelled", 0.0, 0, None
-            status, new_version, new_w = _call(coord.pull(version), call_s)
+            status, new_version, new_w = "pending", version, None
         else:
             payload = compressor.encode(grad) if compressor is not None else grad
-            verdict, waited, nbytes, completed, status, new_version, new_w = unpack(_call(
-                coord.push_packed(pack(ctx.rank, version, payload, len(idx), loss, compute_s + delay)), call_s
-            ))
-        deadline = time.monotonic() + config.timeout_s
-        while status == "pending":
-            if ctx.should_stop():
-                _call(coord.stop_all(), call_s)
-                break
-            t_wait = time.perf_counter()
-            status, new_version, new_w = _call(coord.pull(version), call_s)
-            waited += time.perf_counter() - t_wait
-            if time.monotonic() > deadline:
-                _call(coord.stop_all(), call_s)
-                raise TimeoutError(
-                    f"rank {ctx.rank}: step {version} did not complete within {config.timeout_s:.0f} s "
-                    "(a worker may have died or a straggler delay is longer than timeout_s)"
-                )
+            verdict, waited, nbytes, completed, status, new_version, new_w = server(
+                "push", ctx.rank, version, payload, len(idx), loss, compute_s + delay)
+        if status == "pending":  # wait for the step to complete (the coordinator answers a slice at a time)
+            status, new_version, new_w = server("pull", version)
+            waited += server.last_s
         sent += not cancelled
         exchange_s = time.perf_counter() - t1
         aggregated = verdict == "aggregated"
