@@ -1,7 +1,9 @@
 """Point-to-point messages that count themselves: every send and receive is logged with its bytes and step.
 
 The hand-written allreduces talk only through Comm.exchange, so the log is a complete record of who sent how
-many bytes to whom in which communication step; each wait is bounded by the group's timeout.
+many bytes to whom in which communication step; each wait is bounded by the group's timeout. Comm keeps the log
+and the exchange contract; how the bytes travel is its transport's business: torch.distributed point-to-point
+(gloo or NCCL, one process per rank) by default, or queues between threads of one process (`thread_group.py`).
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import datetime
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 import torch.distributed as dist
@@ -29,15 +31,48 @@ def wait_for(work: Any, timeout_s: float, what: str, hint: str = "is a peer dead
         raise TimeoutError(f"{what} did not complete within {timeout_s} s")
 
 
+class Transport(Protocol):
+    """How a Comm's messages travel: post one send and one receive together, return when both are done."""
+
+    def exchange(self, comm: Comm, send: torch.Tensor | None, dst: int | None, recv: torch.Tensor | None,
+                 src: int | None) -> None:
+        """Send `send` to dst and fill `recv` from src (None: no such half; empty tensors never arrive here)."""
+        ...
+
+
+class TorchDistributed:
+    """The default transport: torch.distributed isend/irecv in the current process group, each wait bounded."""
+
+    def exchange(self, comm: Comm, send: torch.Tensor | None, dst: int | None, recv: torch.Tensor | None,
+                 src: int | None) -> None:
+        """Post the receive and the send, then wait for both (posting both first keeps a ring from deadlocking)."""
+        ops = []
+        if recv is not None:
+            ops.append(dist.P2POp(dist.irecv, recv, src))
+        if send is not None:
+            ops.append(dist.P2POp(dist.isend, send, dst))
+        if comm.device.type == "cuda":
+            # NCCL must launch the pair together (one group call), or two ranks sending to each other deadlock.
+            works = dist.batch_isend_irecv(ops)
+        else:
+            # gloo queues non-blocking ops independently; plain isend/irecv skip batch_isend_irecv's overhead.
+            works = [op.op(op.tensor, op.peer) for op in ops]
+        comm.wait_all(works)
+
+
 @dataclass
 class Comm:
-    """This rank's handle on the process group: exchange() for messages, `log` for what was sent and received."""
+    """This rank's handle on its group: exchange() for messages, `log` for what was sent and received.
+
+    `transport` moves the bytes: torch.distributed (the default, one process per rank) or threads of one process.
+    """
 
     rank: int
     world: int
     device: torch.device
     timeout_s: float
     log: list[dict[str, Any]] = field(default_factory=list)
+    transport: Transport = field(default_factory=TorchDistributed, repr=False)
 
     def exchange(
         self,
@@ -52,24 +87,21 @@ class Comm:
     ) -> None:
         """Send `send` to dst and receive into `recv` from src at the same time (either may be None or empty).
 
-        Posting both before waiting is what keeps a ring from deadlocking: everybody sends and receives together.
+        Both are logged before the transport moves them, so the log reads the same whichever transport is used.
         """
-        ops = []
+        for name, tensor in (("send", send), ("recv", recv)):
+            if tensor is not None and not isinstance(tensor, torch.Tensor):
+                raise TypeError(f"rank {self.rank}: exchange moves torch tensors; {name} is a {type(tensor).__name__}")
         if recv is not None and recv.numel() > 0:
-            ops.append(dist.P2POp(dist.irecv, recv, src))
             self._note("recv", src, recv, step, phase, chunk)
-        if send is not None and send.numel() > 0:
-            ops.append(dist.P2POp(dist.isend, send, dst))
-            self._note("send", dst, send, step, phase, chunk)
-        if not ops:
-            return
-        if self.device.type == "cuda":
-            # NCCL must launch the pair together (one group call), or two ranks sending to each other deadlock.
-            works = dist.batch_isend_irecv(ops)
         else:
-            # gloo queues non-blocking ops independently; plain isend/irecv skip batch_isend_irecv's overhead.
-            works = [op.op(op.tensor, op.peer) for op in ops]
-        self.wait_all(works)
+            recv = None
+        if send is not None and send.numel() > 0:
+            self._note("send", dst, send, step, phase, chunk)
+        else:
+            send = None
+        if send is not None or recv is not None:
+            self.transport.exchange(self, send, dst, recv, src)
 
     def wait_all(self, works: list[Any], what: str = "a message") -> None:
         """Wait for pending operations, failing after the group's timeout instead of hanging."""
