@@ -35,7 +35,8 @@ TRANSFORMERS: dict[str, tuple[Model, str]] = {
     "7B": (Model(32, 4096, 32, vocab=32_000), "LLaMA 7B (Touvron et al. 2023a, Table 2)"),
     "13B": (Model(40, 5120, 40, vocab=32_000), "LLaMA 13B (Touvron et al. 2023a, Table 2)"),
     "70B": (Model(80, 8192, 64, vocab=32_000),
-            "Llama 2 70B (Touvron et al. 2023b, section 2.2: LLaMA 65B's 80 layers, hidden 8192, 64 heads)"),
+            "Llama 2 70B: LLaMA 65B's 80 layers, hidden 8192, 64 heads (Touvron et al. 2023a, Table 2), kept with "
+            "grouped-query attention added (Touvron et al. 2023b, section 2.2)"),
 }
 
 
