@@ -15,8 +15,13 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# JupyterLab on course/ opens the workspace binder/dsgd.jupyterlab-workspace (re-imported at every start): chapter 00
+# beside the dask task stream, progress and workers panes. Dashboard links go through jupyter-server-proxy, as on
+# Binder, so the panes work wherever the browser reaches only the notebook server.
 lab: $(STAMP)
-	$(VENV)/bin/jupyter lab --ServerApp.root_dir=course
+	$(VENV)/bin/jupyter lab workspaces import binder/dsgd.jupyterlab-workspace
+	DASK_DISTRIBUTED__DASHBOARD__LINK='/proxy/{port}/status' $(VENV)/bin/jupyter lab --ServerApp.root_dir=course \
+	  --LabApp.default_url=/lab/workspaces/dsgd
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check dsgd_teach tests

@@ -1,0 +1,292 @@
+"""`make lab` in a real browser: the committed workspace docks the dask panes beside chapter 00, and they show the
+chapter's live cluster.
+
+The server starts the way `make lab` starts it (the recipe is read from `make -n lab`: its workspace import, its
+environment, its root and its start URL). The browser may reach only the notebook server, as on Binder: any request
+to another port is refused, so the panes must reach the dashboard through jupyter-server-proxy. The test runs
+chapter 00's first cells, presses the search button of the Dask side panel (what a student does), and waits until
+the Workers pane lists the cluster's two workers and, after the chapter's tasks ran, the Task Stream and Progress
+panes hold them. A fast test checks binder/start: it imports the same layout as Binder's default workspace.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+from browser_support import chromium, chromium_missing_reason, jupyter_lab
+
+REPO = Path(__file__).resolve().parent.parent
+SCREENSHOTS = REPO / "build" / "screenshots"
+CHAPTER = "00_live_cluster.ipynb"
+PANES = {"Task Stream": "/individual-task-stream", "Progress": "/individual-progress", "Workers": "/individual-workers"}
+WAIT_S = 60
+
+_FIND = "const w = Array.from(window.jupyterapp.shell.widgets('main')).find(x => x.context && x.context.path === path);"
+# JavaScript: the notebook's kernel status and each code cell's execution count and error outputs.
+_CELLS = _FIND + """
+  if (!w) return null;
+  const k = w.sessionContext.session && w.sessionContext.session.kernel;
+  return {kernel: k ? k.status : 'none', cells: w.content.widgets.map((c, i) => ({i, code: c.model.type === 'code',
+    count: c.model.type === 'code' ? c.model.executionCount : null,
+    errors: c.model.type === 'code' ? c.model.outputs.toJSON().filter(o => o.output_type === 'error')
+      .map(o => `cell ${i}: ${o.ename}: ${o.evalue}`) : []}))};
+"""
+# JavaScript: the notebook's box and every dask pane in the main area (title, box, iframe address).
+_LAYOUT = _FIND + """
+  const box = e => { const r = e.getBoundingClientRect(); return {left: r.left, right: r.right, top: r.top,
+                                                                  width: r.width, height: r.height}; };
+  const panes = Array.from(window.jupyterapp.shell.widgets('main'))
+    .filter(x => x.node.classList.contains('dask-DaskDashboard-widget'))
+    .map(x => ({title: x.title.label, route: x.item && x.item.route, box: box(x.node),
+                src: ((f => f && f.getAttribute('src'))(x.node.querySelector('iframe'))) || ''}));
+  const k = w && w.sessionContext.session && w.sessionContext.session.kernel;
+  return {notebook: w ? box(w.node) : null, kernel: k ? k.status : 'none',
+          current: window.jupyterapp.shell.currentWidget === w, panes};
+"""
+# JavaScript, inside a pane's iframe: the columns of every Bokeh data source on the page, as strings.
+_SOURCES = """() => {
+  const out = [];
+  for (const doc of (window.Bokeh && window.Bokeh.documents) || []) {
+    for (const m of doc._all_models ? doc._all_models.values() : []) {
+      if (!m.data || typeof m.data !== 'object') continue;
+      const cols = {};
+      for (const [k, v] of (m.data instanceof Map ? m.data.entries() : Object.entries(m.data)))
+        if (Array.isArray(v) || ArrayBuffer.isView(v)) cols[k] = Array.from(v).slice(0, 200).map(String);
+      out.push(cols);
+    }
+  }
+  return out;
+}"""
+
+
+def _js(body: str) -> str:
+    return f"(path) => {{ {body} }}"
+
+
+def make_lab_recipe() -> dict:
+    """What `make lab` runs, from `make -n lab`: the workspace file it imports, its environment, root and URL."""
+    dry = subprocess.run(["make", "-n", "lab"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert dry.returncode == 0, f"make -n lab failed:\n{dry.stdout}\n{dry.stderr}"
+    lines = [shlex.split(line) for line in dry.stdout.replace("\\\n", " ").splitlines() if "bin/jupyter lab" in line]
+    imports = [argv for argv in lines if argv[argv.index(_jupyter(argv)) + 1 : argv.index(_jupyter(argv)) + 3]
+               == ["lab", "workspaces"]]  # fmt: skip
+    servers = [argv for argv in lines if argv not in imports]
+    assert len(imports) == 1 and len(servers) == 1, f"make lab should import one workspace, then start one server:\n{dry.stdout}"
+    imp, srv = imports[0], servers[0]
+    assert imp[imp.index(_jupyter(imp)) + 3 :][0] == "import", imp
+    workspace = REPO / imp[-1]
+    i = srv.index(_jupyter(srv))
+    env = dict(a.split("=", 1) for a in srv[:i])
+    options = dict(a[2:].split("=", 1) for a in srv[i + 2 :])
+    unknown = set(options) - {"ServerApp.root_dir", "LabApp.default_url"}
+    assert not unknown, f"make lab passes options this test does not reproduce: {sorted(unknown)}"
+    return {"workspace": workspace, "env": env, "root": REPO / options["ServerApp.root_dir"],
+            "url": options.get("LabApp.default_url", "/lab")}  # fmt: skip
+
+
+def _jupyter(argv: list[str]) -> str:
+    return next(a for a in argv if a.endswith("bin/jupyter"))
+
+
+def _wait(page, what: str, check, timeout_s: float = WAIT_S, interval_s: float = 0.5):  # noqa: ANN001, ANN202
+    """Poll check() until it returns something true; fail naming `what` (and the last value) after timeout_s.
+
+    It waits inside Playwright (not time.sleep), so the page's routed requests are served meanwhile.
+    """
+    deadline, value = time.monotonic() + timeout_s, None
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        page.wait_for_timeout(interval_s * 1000)
+    raise AssertionError(f"{what}: not seen within {timeout_s:.0f} s (last seen: {value!r})")
+
+
+def _port_closed(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(2)
+        return s.connect_ex(("127.0.0.1", port)) != 0
+
+
+def _pane_frame(page, route: str):  # noqa: ANN001, ANN202 - playwright objects
+    return next((f for f in page.frames if urlsplit(f.url).path.endswith(route)), None)
+
+
+def _cells(page) -> dict:  # noqa: ANN001 - playwright Page
+    return page.evaluate(_js(_CELLS), CHAPTER)
+
+
+def _run_cells(page, command: str, cell: int, upto: int) -> None:  # noqa: ANN001 - playwright Page
+    """Execute a notebook command at `cell` (what the Run menu does) and wait until code cells < upto have run."""
+    page.evaluate(_js(_FIND + f"w.content.activeCellIndex = {cell};"
+                      f"void window.jupyterapp.commands.execute('{command}');"), CHAPTER)  # fmt: skip
+    before = {c["i"]: c["count"] for c in _cells(page)["cells"]}
+
+    def done() -> dict | None:
+        state = _cells(page)
+        errors = [e for c in state["cells"] for e in c["errors"]]
+        assert not errors, f"{CHAPTER}: errors shown:\n" + "\n".join(errors)
+        ran = all(c["count"] for c in state["cells"][:upto] if c["code"])
+        moved = command != "notebook:run-cell" or state["cells"][cell]["count"] != before[cell]
+        return state if state["kernel"] == "idle" and ran and moved else None
+
+    _wait(page, f"code cells before {upto} of {CHAPTER} executed", done, timeout_s=120)
+
+
+def _pane_data(page, route: str) -> list[dict]:  # noqa: ANN001 - playwright Page
+    """The Bokeh data sources the pane at `route` shows (empty until its page loaded)."""
+    frame = _pane_frame(page, route)
+    try:
+        return frame.evaluate(_SOURCES) if frame else []
+    except Exception:  # the frame is navigating; the next poll sees it
+        return []
+
+
+def _column(sources: list[dict], name: str) -> list:
+    return [v for src in sources for v in (src.get(name) or [])]
+
+
+@pytest.mark.browser
+@pytest.mark.timeout(240)
+def test_make_lab_workspace_shows_the_live_cluster(tmp_path):
+    """Opened as `make lab` opens it, the workspace docks three dask panes beside chapter 00; once the chapter
+    started its cluster, the side panel's search connects them and they show its 2 workers and its tasks."""
+    reason = chromium_missing_reason()
+    if reason:
+        pytest.skip(reason)
+    recipe = make_lab_recipe()
+    work = tmp_path / "lab"
+    (work / "workspaces").mkdir(parents=True)
+    imported = subprocess.run(
+        [sys.executable, "-m", "jupyter", "lab", "workspaces", "import", str(recipe["workspace"])],
+        env={**os.environ, "JUPYTERLAB_WORKSPACES_DIR": str(work / "workspaces")},
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert imported.returncode == 0, f"jupyter lab workspaces import failed:\n{imported.stderr}"
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    original = (recipe["root"] / CHAPTER).read_bytes()
+    dashboard_port = None
+    with jupyter_lab(recipe["root"], work, {**recipe["env"], "DSGD_SMOKE": "1"}) as server, \
+            chromium(work / "profile") as browser:  # fmt: skip
+        lab, refused = urlsplit(server.url).netloc, []
+
+        def only_the_notebook_server(route) -> None:  # noqa: ANN001 - playwright Route
+            """As on Binder, the browser reaches the notebook server and nothing else on the machine."""
+            url = urlsplit(route.request.url)
+            if url.scheme in ("http", "https") and url.netloc != lab:
+                refused.append(route.request.url)
+                route.abort()
+            else:
+                route.continue_()
+
+        page = browser.new_page()
+        page.route("**/*", only_the_notebook_server)
+        try:
+            page.goto(f"{server.url}{recipe['url']}?token={server.token}", timeout=120_000)
+            ready = _js("if (!window.jupyterapp || !window.jupyterapp.shell) return null;" + _LAYOUT)
+            layout = _wait(
+                page, f"{CHAPTER} open with an idle kernel and three dask panes",
+                lambda: (lambda lay: lay if lay and lay["kernel"] == "idle" and len(lay["panes"]) == 3 else None)(
+                    page.evaluate(ready, CHAPTER)),
+                timeout_s=120,
+            )  # fmt: skip
+            panes = {p["title"]: p for p in layout["panes"]}
+            assert {t: p["route"] for t, p in panes.items()} == PANES, layout["panes"]
+            assert layout["current"], "the notebook is not the current widget, so the search would not find its kernel"
+            notebook = layout["notebook"]
+            for title, pane in panes.items():
+                box = pane["box"]
+                assert box["left"] >= notebook["right"] - 2, f"{title} is not beside the notebook: {layout}"
+                assert box["width"] > 200 and box["height"] > 100, f"{title} is too small to read: {box}"
+                assert not pane["src"], f"{title} shows {pane['src']} before any cluster exists"
+            search = page.locator(".dask-URLInput [title='Auto-detect dashboard URL']")
+            assert search.is_visible(), "the Dask side panel (and its search button) is not open"
+            page.screenshot(path=str(SCREENSHOTS / "lab_workspace_opened.png"))
+
+            _run_cells(page, "notebook:run-all-above", 5, 5)  # start_client() and the workers' pids
+            server.remember_processes()
+            search.click()
+            link = page.locator(".dask-URLInput input")
+            _wait(page, "a dashboard URL found by the side panel's search", lambda: link.input_value())
+            active = _wait(
+                page, "the three panes connected to a dashboard",
+                lambda: (lambda ps: ps if all(p["src"] for p in ps) else None)(
+                    page.evaluate(_js(_LAYOUT), CHAPTER)["panes"]),
+            )  # fmt: skip
+            found = re.search(r"/proxy/(\d+)/", link.input_value())
+            dashboard_port = int(found.group(1)) if found else None
+            srcs = {p["title"]: p["src"] for p in active}
+
+            def workers() -> list[str]:
+                addresses = [a for a in _column(_pane_data(page, PANES["Workers"]), "address") if "://" in str(a)]
+                return addresses if len(addresses) == 2 else []
+
+            try:
+                addresses = _wait(page, "the Workers pane listing the cluster's 2 workers", workers)
+            except AssertionError as exc:
+                raise AssertionError(
+                    f"{exc}\nsearch found {link.input_value()!r}; panes load {srcs}; requests the browser could "
+                    f"not make (it reaches only the notebook server, as on Binder): {refused[:5]}"
+                ) from None
+            assert all(a.startswith("tcp://127.0.0.1:") for a in addresses), addresses
+
+            _run_cells(page, "notebook:run-cell", 7, 7)  # one client.submit
+            _run_cells(page, "notebook:run-cell", 9, 7)  # client.map over the workers
+            tasks = _wait(
+                page, "the chapter's slow_square tasks in the Task Stream pane",
+                lambda: [n for n in _column(_pane_data(page, PANES["Task Stream"]), "name") if "slow_square" in str(n)],
+            )  # fmt: skip
+            progress = _wait(
+                page, "the slow_square tasks in the Progress pane",
+                lambda: [n for n in _column(_pane_data(page, PANES["Progress"]), "name") if "slow_square" in str(n)],
+            )  # fmt: skip
+            page.screenshot(path=str(SCREENSHOTS / "lab_workspace_live.png"))
+            print(f"workers {addresses}; {len(tasks)} task(s) in the task stream; progress rows {progress}; "
+                  f"panes {srcs}")  # fmt: skip
+        except Exception:
+            page.screenshot(path=str(SCREENSHOTS / "lab_workspace_failure.png"))
+            raise
+        finally:
+            page.close()
+            if (recipe["root"] / CHAPTER).read_bytes() != original:
+                (recipe["root"] / CHAPTER).write_bytes(original)
+                pytest.fail(f"{CHAPTER} was saved during the test (restored)")
+    if dashboard_port is not None:
+        assert _port_closed(dashboard_port), f"the dashboard port {dashboard_port} is still open after shutdown"
+
+
+@pytest.mark.timeout(120)
+def test_binder_start_imports_the_layout_as_the_default_workspace(tmp_path):
+    """binder/start makes the same layout Binder's default workspace, its notebook under course/, and sends the
+    dashboard link through the proxy under the hub's prefix."""
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+           "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "workspaces"), "JUPYTERHUB_SERVICE_PREFIX": "/user/ada/"}  # fmt: skip
+    env.pop("DASK_DISTRIBUTED__DASHBOARD__LINK", None)
+    probe = "import dask, distributed; print(dask.config.get('distributed.dashboard.link'))"
+    run = subprocess.run(["bash", str(REPO / "binder" / "start"), sys.executable, "-c", probe], cwd=tmp_path,
+                         env=env, capture_output=True, text=True, timeout=90)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip().splitlines()[-1] == "/user/ada/proxy/{port}/status", run.stdout
+    saved = list((tmp_path / "workspaces").glob("default-*.jupyterlab-workspace"))
+    assert len(saved) == 1, f"binder/start imported no default workspace:\n{run.stderr}"
+    binder = json.loads(saved[0].read_text())["data"]
+    committed = json.loads(make_lab_recipe()["workspace"].read_text())["data"]
+    notebooks = {k: v["data"]["path"] for k, v in committed.items() if k.startswith("notebook:")}
+    assert notebooks, "the committed workspace opens no notebook"
+    for path in notebooks.values():
+        assert (REPO / "course" / path).is_file(), f"the workspace opens {path}, which course/ does not have"
+        assert binder[f"notebook:course/{path}"]["data"]["path"] == f"course/{path}"
+    dask_panes = sorted(k for k in binder if k.startswith("dask-dashboard-launcher:"))
+    assert dask_panes == sorted(f"dask-dashboard-launcher:{r}" for r in PANES.values()), dask_panes
+    dock = json.dumps(binder["layout-restorer:data"]["main"])
+    assert all(f"notebook:course/{p}" in dock for p in notebooks.values()) and all(k in dock for k in dask_panes), dock
