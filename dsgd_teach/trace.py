@@ -6,7 +6,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -98,8 +98,11 @@ def to_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     return df
 
 
+Extras = TypeVar("Extras")
+
+
 @dataclass
-class Result:
+class Result(Generic[Extras]):
     """What run() returns: the config, the event trace, summary metrics and (optionally) final parameters."""
 
     config: Any
@@ -107,6 +110,7 @@ class Result:
     summary: dict[str, float] = field(default_factory=dict)
     params: np.ndarray | None = None
     stopped: bool = False
+    extras: Extras | None = None  # what one experiment returns beside these (a typed dataclass of its own)
 
     def __repr__(self) -> str:
         metrics = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in self.summary.items())

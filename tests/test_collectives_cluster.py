@@ -236,7 +236,7 @@ def test_sweep_fits_a_cost_model(cluster4: Client) -> None:
     assert set(timed.nbytes) == set(config.sizes_bytes)
     assert timed[timed.algorithm == "ring"].predicted_seconds.notna().all()
     assert timed[timed.algorithm == "library"].predicted_seconds.isna().all()
-    assert len(result.pingpong) >= 3 and result.pingpong.nbytes.max() >= 2**20
+    assert len(result.extras.pingpong) >= 3 and result.extras.pingpong.nbytes.max() >= 2**20
     fig = get("allreduce-sweep").plot(result)
     assert len(fig.axes) == 1 and fig.axes[0].get_lines()
     plt.close(fig)

@@ -42,7 +42,7 @@ def _assert_matches_reference(result, config: PipelineConfig) -> None:  # noqa: 
     params, grads, losses = reference_training(config)
     tag = f"{config.schedule} p={config.stages} m={config.microbatches}"
     np.testing.assert_allclose(result.params, params, rtol=1e-5, atol=1e-6, err_msg=f"params {tag}")
-    np.testing.assert_allclose(result.grads, grads, rtol=1e-5, atol=1e-6, err_msg=f"grads {tag}")
+    np.testing.assert_allclose(result.extras.grads, grads, rtol=1e-5, atol=1e-6, err_msg=f"grads {tag}")
     curve = result.trace[result.trace.event == "update"].sort_values("step").loss.to_numpy()
     np.testing.assert_allclose(curve, losses, rtol=1e-5, atol=1e-6, err_msg=f"loss {tag}")
 
@@ -60,7 +60,7 @@ def test_every_schedule_equals_single_process_training(cluster4: Client, schedul
             assert list(held.index) == list(range(p))
             for s in range(p):  # activations held per stage, counted in the trace
                 want = {"naive": 1, "gpipe": m, "1f1b": min(warmup(p, m, s) + 1, m)}[schedule]
-                assert held[s] == want == result.peak_held[s], (schedule, p, m, s)
+                assert held[s] == want == result.extras.peak_held[s], (schedule, p, m, s)
             if schedule == "1f1b":
                 assert held.max() <= p
 
@@ -198,7 +198,7 @@ def test_tensor_parallel_block_equals_the_dense_one(cluster4: Client, allreduce:
                                       device="cpu", seed=4)
         result = run_tensor_parallel(config, cluster4)
         dense = dense_block(config)
-        for r, out in enumerate(result.outputs):
+        for r, out in enumerate(result.extras.outputs):
             cols = column_slice(config.d_hidden, n, r)
             np.testing.assert_allclose(out["Y"], dense["Y"], rtol=1e-5, atol=1e-5)
             np.testing.assert_allclose(out["dX"], dense["dX"], rtol=1e-5, atol=1e-5)

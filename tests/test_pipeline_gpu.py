@@ -29,6 +29,6 @@ def test_every_schedule_on_cuda_equals_single_process_training(gpu_client, sched
     assert result.summary["backend"] == "nccl"
     params, grads, losses = reference_training(config.replace(device="cpu"))
     np.testing.assert_allclose(result.params, params, rtol=1e-4, atol=1e-5)
-    np.testing.assert_allclose(result.grads, grads, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(result.extras.grads, grads, rtol=1e-4, atol=1e-5)
     curve = result.trace[result.trace.event == "update"].sort_values("step").loss.to_numpy()
     np.testing.assert_allclose(curve, losses, rtol=1e-4, atol=1e-5)

@@ -25,6 +25,13 @@ MAX_ELEMENTS = 16 * 1024 * 1024  # 64 MiB of float32: stays inside a laptop's me
 
 
 @dataclass(frozen=True)
+class PingPong:
+    """A run's extras: the two-rank ping-pong timings (bytes, seconds) the alpha-beta model was fitted to."""
+
+    pingpong: pd.DataFrame
+
+
+@dataclass(frozen=True)
 class AllreduceConfig(Config):
     """Allreduce one float32 vector of `elements` over `workers` ranks with `algorithm`, timed `repeats` times."""
 
@@ -183,9 +190,7 @@ def run_sweep(config: SweepConfig, client: Client, on_update: OnUpdate | None = 
         rows = timed[(timed.algorithm == a) & (timed.nbytes == sizes[-1])] if len(timed) else timed
         if len(rows):
             summary[f"{a}_busbw_GBps"] = bus_bandwidth(sizes[-1], config.workers, float(rows.slowest_seconds.median())) / 1e9
-    result = Result(config, trace, summary, None, stopped)
-    result.pingpong = pd.DataFrame(ping, columns=["nbytes", "seconds"])  # type: ignore[attr-defined]
-    return result
+    return Result(config, trace, summary, None, stopped, PingPong(pd.DataFrame(ping, columns=["nbytes", "seconds"])))
 
 
 def verify_algorithms(

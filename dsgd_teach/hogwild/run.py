@@ -44,8 +44,8 @@ def check_cluster(config: AnyConfig, client: Client) -> None:
             )
 
 
-def _run_ranks(config: AnyConfig, client: Client, recorder: TraceRecorder) -> tuple[np.ndarray, list[dict], bool]:
-    """Run every rank against a fresh shared block; returns (final shared vector, per-rank stats, stopped).
+def _run_ranks(config: AnyConfig, client: Client, recorder: TraceRecorder) -> tuple[np.ndarray, list[dict], bool, str]:
+    """Run every rank against a fresh shared block: (final shared vector, per-rank stats, stopped, the host).
 
     Worker processes share the block through /dev/shm, so they must all live on one host: one_host_workers picks
     them (or says no host has enough). The driver creates the block, so that host must be the driver's too;
@@ -53,7 +53,7 @@ def _run_ranks(config: AnyConfig, client: Client, recorder: TraceRecorder) -> tu
     """
     check_cluster(config, client)
     addresses = one_host_workers(client, config.workers if config.backend == "processes" else 1)
-    recorder.hosts = ",".join(sorted({host_of(a) for a in addresses}))  # type: ignore[attr-defined]
+    hosts = ",".join(sorted({host_of(a) for a in addresses}))  # the one host whose /dev/shm the ranks share
     n_features = config.data_spec.n_features
     arrays = block_arrays(config, n_features)
     with create_block(arrays) as block:
@@ -71,7 +71,7 @@ def _run_ranks(config: AnyConfig, client: Client, recorder: TraceRecorder) -> tu
         finally:  # a rank still waiting for its turn (its peer died, or the run timed out) gives up now
             block["abort"][0] = 1
         final = block[arrays[0][0]].copy()
-    return final, [r for r in results if r is not None], stopped
+    return final, [r for r in results if r is not None], stopped, hosts
 
 
 def _timing(stats: list[dict[str, Any]], t0: float) -> dict[str, float]:
@@ -93,13 +93,13 @@ def run_hogwild(config: HogwildConfig, client: Client, on_update: OnUpdate | Non
         raise TypeError(f"run_hogwild needs a HogwildConfig, got {type(config).__name__}")
     recorder = TraceRecorder(on_update)
     t = time.perf_counter()
-    w, stats, stopped = _run_ranks(config, client, recorder)
+    w, stats, stopped, hosts = _run_ranks(config, client, recorder)
     data = load_data(config.data_spec)
     summary: dict[str, Any] = {
         "workers": config.workers,
         "lock": config.lock,
         "scheme": config.scheme,
-        "hosts": recorder.hosts,  # type: ignore[attr-defined] - the one host whose /dev/shm the ranks shared
+        "hosts": hosts,
         **_timing(stats, recorder.t0),
         "initial_train_loss": math.log(2.0),
         "final_train_loss": mean_loss(w, data.X, data.y),
@@ -117,14 +117,14 @@ def run_counting(config: CountingConfig, client: Client, on_update: OnUpdate | N
         raise ValueError("the counting experiment runs on dataset='sparse' (set density=1.0 for dense rows)")
     recorder = TraceRecorder(on_update)
     t = time.perf_counter()
-    counts, stats, stopped = _run_ranks(config, client, recorder)
+    counts, stats, stopped, hosts = _run_ranks(config, client, recorder)
     intended = int(sum(s["intended"] for s in stats))
     landed = int(counts.sum())
     summary: dict[str, Any] = {
         "workers": config.workers,
         "lock": config.lock,
         "density": config.density,
-        "hosts": recorder.hosts,  # type: ignore[attr-defined]
+        "hosts": hosts,
         **_timing(stats, recorder.t0),
         "intended": intended,
         "landed": landed,

@@ -27,6 +27,15 @@ JOIN_TIMEOUT_S = 30.0
 
 
 @dataclass(frozen=True)
+class PipelineExtras:
+    """A run's extras: the flat gradient of the last step (every stage's, in order) and each stage's peak of
+    activations held for backward."""
+
+    grads: np.ndarray | None
+    peak_held: list[int]
+
+
+@dataclass(frozen=True)
 class PipelineConfig(Config):
     """Train a `depth`-layer MLP (or the course CNN) on digits split into `stages` stages, one per worker.
 
@@ -230,12 +239,11 @@ def run_pipeline(config: PipelineConfig, client: Client, on_update: OnUpdate | N
         # how much of the stages' busy time was injected sleep, and whether real compute ever outran the device
         summary["injected_share"] = float(work.injected_s.sum() / work.duration.sum())
         summary["actions_slower_than_device"] = int((work.injected_s <= 0).sum())
-    result = Result(config, trace, summary, None, stopped)
-    if len(done) == config.stages:
-        result.params = np.concatenate([o["params"] for o in done])
-        result.grads = np.concatenate([o["grads"] for o in done])  # type: ignore[attr-defined]
-    result.peak_held = [o["peak_held"] for o in done]  # type: ignore[attr-defined]
-    return result
+    whole = len(done) == config.stages
+    extras = PipelineExtras(np.concatenate([o["grads"] for o in done]) if whole else None,
+                            [o["peak_held"] for o in done])
+    return Result(config, trace, summary, np.concatenate([o["params"] for o in done]) if whole else None, stopped,
+                  extras)
 
 
 def sweep_microbatches(base: PipelineConfig, client: Client, microbatches: tuple[int, ...]) -> pd.DataFrame:

@@ -25,6 +25,13 @@ from ..trace import OnUpdate, Result, TraceRecorder
 
 
 @dataclass(frozen=True)
+class TensorParallelExtras:
+    """A run's extras: what each rank computed (its output, input gradient and weight-slice gradients)."""
+
+    outputs: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
 class TensorParallelConfig(Config):
     """One Megatron block of sizes d_in -> d_hidden -> d_out on `rows` inputs, split over `workers` ranks."""
 
@@ -146,6 +153,4 @@ def run_tensor_parallel(config: TensorParallelConfig, client: Client, on_update:
     for event in ("forward", "backward"):
         rows = trace[trace.event == event]
         summary[f"{event}_bytes_per_rank"] = float(rows.bytes_sent.max()) if len(rows) else 0.0
-    result = Result(config, trace, summary, None, stopped)
-    result.outputs = outs  # type: ignore[attr-defined]
-    return result
+    return Result(config, trace, summary, None, stopped, TensorParallelExtras(outs))
