@@ -4,6 +4,8 @@
 course started it or the user handed in a cluster object (LocalCluster, dask-jobqueue, dask-gateway,
 dask-kubernetes: anything with `scale`); otherwise it runs with what fits and says, in one line, what more
 workers would show. It never shrinks or kills workers of a deployment the course did not start.
+`require_workers(client, n, what)` is the rule for runs whose n ranks must all run at the same time (long-running
+rank tasks, one per dask worker): it refuses with a message saying how to get them.
 """
 
 from __future__ import annotations
@@ -17,8 +19,6 @@ from distributed import Client
 
 from .machine import MAX_WORKERS, check_n_workers, host_of, worker_addresses
 from .memory import check_workers_memory
-
-#: Upper bound for widgets and requests when a cluster can grow (matches CourseClient.resize's range).
 
 
 @dataclass(frozen=True)
@@ -153,3 +153,15 @@ def rendezvous_host(addresses: list[str]) -> str:
                 "start that worker with --host set to an address the other machines can reach"
             )
     return hosts[0]
+
+
+def require_workers(client: Client, n: int, what: str, instead: str = "") -> list[str]:
+    """The connected workers, refusing (ValueError) when fewer than the n ranks that must all run at once."""
+    check_workers_memory(client)
+    have = worker_addresses(client)
+    if len(have) < n:
+        raise ValueError(
+            f"{what} needs {n} worker processes running at once (a dask worker runs one long rank task at a "
+            f"time) but the cluster has {len(have)}; call client.resize({n}) first" + (f", or {instead}" if instead else "")
+        )
+    return have

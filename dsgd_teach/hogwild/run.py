@@ -12,11 +12,9 @@ from typing import Any
 import numpy as np
 from distributed import Client
 
-from ..cluster import worker_addresses
 from ..live import run_live
-from ..memory import check_workers_memory
 from ..trace import OnUpdate, Result, TraceRecorder
-from ..workers import host_of, one_host_workers
+from ..workers import host_of, one_host_workers, require_workers
 from .config import CountingConfig, HogwildConfig
 from .kernels import accuracy, mean_loss
 from .mutex import HAVE_MUTEX
@@ -34,14 +32,8 @@ def check_cluster(config: AnyConfig, client: Client) -> None:
         raise RuntimeError("lock=True needs POSIX pthread mutexes, which this platform lacks")
     if getattr(config, "round_robin", False) and not HAVE_MUTEX:
         raise RuntimeError("round_robin=True needs POSIX (sched_yield), which this platform lacks")
-    check_workers_memory(client)
-    if config.backend == "processes":
-        n = len(worker_addresses(client))
-        if config.workers > n:
-            raise ValueError(
-                f"workers={config.workers} needs {config.workers} dask worker processes but the cluster has {n}; "
-                f"call client.resize({config.workers}) first, or use backend='threads'"
-            )
+    require_workers(client, config.workers if config.backend == "processes" else 1, f"workers={config.workers}",
+                    "use backend='threads'")
 
 
 def _run_ranks(config: AnyConfig, client: Client, recorder: TraceRecorder) -> tuple[np.ndarray, list[dict], bool, str]:

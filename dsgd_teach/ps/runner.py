@@ -10,11 +10,10 @@ import numpy as np
 import pandas as pd
 from distributed import Client
 
-from ..cluster import worker_addresses
 from ..live import run_live
-from ..memory import check_workers_memory
 from ..problem import Problem, get_problem
 from ..trace import OnUpdate, Result, StopRequested
+from ..workers import require_workers
 from .config import PSConfig
 from .monitor import ServerWatch, quiet_released_shards
 from .server import ShardedServer
@@ -22,13 +21,7 @@ from .server import ShardedServer
 
 def check_cluster(config: PSConfig, client: Client, n_params: int) -> None:
     """Refuse configs the cluster or the model cannot run: replicas must run at once, shards need coordinates."""
-    check_workers_memory(client)
-    n = len(worker_addresses(client))
-    if config.replicas > n:
-        raise ValueError(
-            f"replicas={config.replicas} needs {config.replicas} workers (each replica is one long-running task) "
-            f"but the cluster has {n}; call client.resize({config.replicas}) or use fewer replicas"
-        )
+    require_workers(client, config.replicas, f"replicas={config.replicas}", "use fewer replicas")
     if config.shards > n_params:
         raise ValueError(f"shards must be at most the number of parameters ({n_params}), got {config.shards}")
 

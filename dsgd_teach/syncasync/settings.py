@@ -9,12 +9,11 @@ from typing import Any
 import numpy as np
 from distributed import Client
 
-from ..cluster import worker_addresses
 from ..config import check_choice, check_float, check_int
 from ..machine import MAX_WORKERS
-from ..memory import check_workers_memory
 from ..problem import Problem, TrainingConfig
 from ..trace import OnUpdate, TraceRecorder
+from ..workers import require_workers
 from .delays import STRAGGLER_MODELS, DelayModel, frozen_script, validate_script
 
 
@@ -53,13 +52,7 @@ class ChapterConfig(TrainingConfig):
 
 def check_cluster(client: Client, world: int) -> None:
     """Refuse clearly when the cluster has fewer workers than ranks that must run at the same time."""
-    check_workers_memory(client)
-    n = len(worker_addresses(client))
-    if n < world:
-        raise ValueError(
-            f"this run needs {world} worker processes running at once but the cluster has {n}; "
-            f"call client.resize({world}) first (or use fewer workers/backups)"
-        )
+    require_workers(client, world, "this run", "use fewer workers/backups")
 
 
 class EvalRecorder(TraceRecorder):
