@@ -130,9 +130,9 @@ def _cells(page) -> dict:  # noqa: ANN001 - playwright Page
 
 def _run_cells(page, command: str, cell: int, upto: int) -> None:  # noqa: ANN001 - playwright Page
     """Execute a notebook command at `cell` (what the Run menu does) and wait until code cells < upto have run."""
+    before = {c["i"]: c["count"] for c in _cells(page)["cells"]}
     page.evaluate(_js(_FIND + f"w.content.activeCellIndex = {cell};"
                       f"void window.jupyterapp.commands.execute('{command}');"), CHAPTER)  # fmt: skip
-    before = {c["i"]: c["count"] for c in _cells(page)["cells"]}
 
     def done() -> dict | None:
         state = _cells(page)
@@ -249,8 +249,8 @@ def test_make_lab_workspace_shows_the_live_cluster(tmp_path):
                     f"not make (it reaches only the notebook server, as on Binder): {refused[:5]}"
                 ) from None
 
-            _run_cells(page, "notebook:run-cell", 7, 7)  # one client.submit
-            _run_cells(page, "notebook:run-cell", 9, 7)  # client.map over the workers
+            _run_cells(page, "notebook:run-cell", 7, 8)  # one client.submit
+            _run_cells(page, "notebook:run-cell", 9, 10)  # client.map over the workers
             tasks = _wait(
                 page, "the chapter's slow_square tasks in the Task Stream pane",
                 lambda: [n for n in _column(_pane_data(page, PANES["Task Stream"]), "name") if "slow_square" in str(n)],
