@@ -13,8 +13,8 @@ from collections.abc import Sequence
 def assign_buckets(sizes_bytes: Sequence[int], cap_bytes: int) -> list[list[int]]:
     """Indices of the parameters in each bucket: reverse order, a new bucket once the current one reaches cap_bytes.
 
-    A parameter is never split; one larger than the cap gets a bucket of its own. cap_bytes <= 0 means one bucket
-    per parameter.
+    A parameter is never split: one larger than the cap joins the open bucket and closes it (alone only when that
+    bucket was empty). cap_bytes <= 0 means one bucket per parameter.
     """
     buckets: list[list[int]] = []
     current: list[int] = []
