@@ -24,6 +24,7 @@ CHAPTER_PACKAGES = (
     "dsgd_teach.collectives",
     "dsgd_teach.threads",
     "dsgd_teach.pipeline",
+    "dsgd_teach.tensor_parallel",
     "dsgd_teach.averaging",
     "dsgd_teach.sharded",
     "dsgd_teach.sim",

@@ -19,7 +19,7 @@ from dsgd_teach.collectives import elements_sent, port_is_free
 from dsgd_teach.live import WorkerLost
 from dsgd_teach.pipeline import PipelineConfig, reference_training, run_pipeline
 from dsgd_teach.pipeline.one_f_one_b import warmup
-from dsgd_teach.pipeline.tensor_parallel import (
+from dsgd_teach.tensor_parallel.megatron import (
     TensorParallelConfig,
     column_slice,
     dense_block,

@@ -1,17 +1,17 @@
-"""Chapter 07: model parallelism — a model split into stages on workers, pipelines, delayed gradients, tensor splits."""
+"""Chapter 07: model parallelism — a model split into stages on workers, pipelines, delayed gradients.
+
+Tensor parallelism, the chapter's second half, is its own package: dsgd_teach.tensor_parallel.
+"""
 
 from .experiment import PipelineConfig, measured_bubble, reference_training, run_pipeline, sweep_microbatches
 from .schedules import SCHEDULES, ideal_bubble, peak_held
 from .stages import boundary_shapes, build_units, microbatch_slices, stage_bounds
-from .tensor_parallel import TensorParallelConfig, dense_block, run_tensor_parallel
 
 __all__ = [
     "SCHEDULES",
     "PipelineConfig",
-    "TensorParallelConfig",
     "boundary_shapes",
     "build_units",
-    "dense_block",
     "ideal_bubble",
     "measured_bubble",
     "microbatch_slices",
@@ -23,7 +23,6 @@ __all__ = [
     "plot_pipeline_live",
     "plot_timeline",
     "run_pipeline",
-    "run_tensor_parallel",
     "stage_bounds",
     "sweep_microbatches",
 ]
@@ -55,23 +54,8 @@ def _plot_pipeline(result: Any) -> Any:
     return fig
 
 
-def _plot_tensor_parallel(result: Any) -> Any:
-    """Figure for the CLI: bytes each rank sent forward and backward."""
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(5, 3.4))
-    sent = result.trace.pivot_table(index="worker", columns="event", values="bytes_sent", aggfunc="sum")
-    sent.plot.bar(ax=ax)
-    ax.set_ylabel("bytes sent")
-    fig.tight_layout()
-    return fig
-
-
 EXPERIMENTS = {
     "pipeline": Experiment("pipeline", PipelineConfig, run_pipeline,
                            "a deep MLP split into stages on workers: naive, GPipe, 1F1B or delayed-gradient pipeline",
                            _plot_pipeline),
-    "tensor-parallel": Experiment("tensor-parallel", TensorParallelConfig, run_tensor_parallel,
-                                  "one block split by columns then rows (Megatron), checked against the dense one",
-                                  _plot_tensor_parallel),
 }
