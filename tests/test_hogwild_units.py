@@ -161,7 +161,8 @@ def test_a_rank_waiting_for_a_turn_that_never_comes_is_released_by_abort() -> No
 
 def test_a_rank_that_stops_releases_the_rank_waiting_for_its_turn() -> None:
     """Rank 0 stops after its first chunk; rank 1, which never sees a stop request, must not wait for ever."""
-    from dsgd_teach.hogwild.worker import block_arrays, rank_loop
+    from dsgd_teach.hogwild.tasks import block_arrays
+    from dsgd_teach.hogwild.worker import rank_loop
 
     config = HogwildConfig(n_samples=2_000, n_features=500, density=0.02, epochs=50, report_every=100,
                            round_robin=True)

@@ -21,7 +21,7 @@ from .mutex import HAVE_MUTEX
 from .problem import load_data
 from .reference import sequential_counts
 from .shm import create_block
-from .worker import block_arrays, process_task, threads_task
+from .tasks import block_arrays, process_task, threads_task
 
 AnyConfig = HogwildConfig | CountingConfig
 

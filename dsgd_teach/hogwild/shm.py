@@ -11,8 +11,9 @@ import glob
 import os
 import sys
 import threading
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing import resource_tracker
@@ -137,3 +138,22 @@ def leftover_blocks(creator: int | None = None) -> list[str]:
     """Names of this chapter's blocks in /dev/shm, only those process `creator` made if given (empty without /dev/shm)."""
     pattern = PREFIX + ("*" if creator is None else f"{creator}_*")
     return sorted(os.path.basename(p) for p in glob.glob(os.path.join("/dev/shm", pattern)))
+
+
+BARRIER_TIMEOUT_S = 120.0
+
+
+def barrier(ready: np.ndarray, rank: int, should_stop: Callable[[], bool]) -> bool:
+    """Mark this rank ready and wait for all (each rank writes only its own slot: no race); False if stopped."""
+    ready[rank] = 1
+    deadline = time.monotonic() + BARRIER_TIMEOUT_S
+    while not np.all(ready == 1):
+        if should_stop():
+            return False
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"rank {rank}: not every worker arrived within {BARRIER_TIMEOUT_S:.0f} s (are there more ranks "
+                "than dask worker processes?)"
+            )
+        time.sleep(0.0005)  # polling for the other ranks, not work
+    return True

@@ -1,38 +1,27 @@
-"""What runs inside a dask worker: map the shared block, warm the kernels up, meet at a barrier, then update.
+"""One Hogwild worker: warm the kernels up, meet the others at the start, then update the shared vector lock-free.
 
-`rank_loop` is one Hogwild worker. The processes backend runs one rank per dask worker process (run_live pins
-them); the threads backend runs every rank as a thread of a single worker process (the kernels release the GIL).
+`rank_loop` is the whole algorithm: pass after pass over its shard, chunk by chunk, each update written straight
+into the shared vector (Niu et al. 2011, Algorithm 1). How ranks are started in dask workers (one per process, or
+as threads of one process), how their events reach the driver and how a stop request reaches them is in tasks.py.
 """
 
 from __future__ import annotations
 
-import queue
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from ..live import WorkerContext
 from . import kernels
 from .config import CountingConfig, HogwildConfig
 from .problem import HogwildData, epoch_order, kernel_arrays, load_data, shard_rows
-from .shm import BlockSpec, SharedBlock, attach_block
+from .shm import SharedBlock, barrier
 
 AnyConfig = HogwildConfig | CountingConfig
 Emit = Callable[..., None]
-BARRIER_TIMEOUT_S = 120.0
 EMIT_EVERY_S = 0.1  # at most ~10 progress events per second per worker (each costs the scheduler CPU)
 COUNT_CHUNK = 5_000
-
-
-def block_arrays(config: AnyConfig, n_features: int) -> list[tuple[str, str, int]]:
-    """Layout of the shared block: the vector being updated, a ready flag and a progress counter per rank, and
-    the round-robin baseline's cells (whose turn it is, which ranks are done, and the abort flag that frees them)."""
-    target = ("counts", "i8", n_features) if isinstance(config, CountingConfig) else ("w", "f8", n_features)
-    return [target, ("ready", "i8", config.workers), ("progress", "i8", config.workers),
-            ("turn", "i8", 1), ("done", "i8", config.workers), ("abort", "i8", 1)]
 
 
 def private_turns() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -79,22 +68,6 @@ def warm_up(config: AnyConfig, data: HogwildData, block: SharedBlock) -> None:
     dtype = np.int64 if isinstance(config, CountingConfig) else np.float64
     scratch = np.zeros(data.n_features, dtype=dtype)
     run_chunk(config, data, block, np.arange(min(2, data.n_train), dtype=np.int64), target=scratch)
-
-
-def barrier(ready: np.ndarray, rank: int, should_stop: Callable[[], bool]) -> bool:
-    """Mark this rank ready and wait for all (each rank writes only its own slot: no race); False if stopped."""
-    ready[rank] = 1
-    deadline = time.monotonic() + BARRIER_TIMEOUT_S
-    while not np.all(ready == 1):
-        if should_stop():
-            return False
-        if time.monotonic() > deadline:
-            raise TimeoutError(
-                f"rank {rank}: not every worker arrived within {BARRIER_TIMEOUT_S:.0f} s (are there more ranks "
-                "than dask worker processes?)"
-            )
-        time.sleep(0.0005)  # polling for the other ranks, not work
-    return True
 
 
 def _passes(config: AnyConfig) -> int:
@@ -162,53 +135,3 @@ def rank_loop(
         block["abort"][0] = 1
     stats["t_end"] = time.time()
     return stats
-
-
-def _run_ranks_in_threads(ctx: WorkerContext, config: AnyConfig, spec: BlockSpec, ranks: list[int], world: int) -> list:
-    """Run each rank's loop in its own thread; this task's thread forwards events and polls the stop flag.
-
-    Keeping dask's calls (event sends, the stop flag's round trip to the scheduler) off the updating threads
-    means the timed loop measures only the kernels.
-    """
-    events: queue.Queue[dict[str, Any]] = queue.Queue()
-    stop = threading.Event()
-    results: dict[int, dict[str, Any]] = {}
-    errors: list[BaseException] = []
-
-    def forward() -> None:
-        while not events.empty():
-            ctx.emit(**events.get_nowait())
-
-    with attach_block(spec) as block:
-        warm_up(config, load_data(config.data_spec), block)  # build data and compile once, before the threads
-
-        def body(rank: int) -> None:
-            try:
-                results[rank] = rank_loop(config, block, rank, world, lambda **e: events.put(e), stop.is_set, ctx.t0)
-            except BaseException as exc:  # re-raised in the task below
-                errors.append(exc)
-                stop.set()
-
-        threads = [threading.Thread(target=body, args=(r,), name=f"hogwild-{r}", daemon=True) for r in ranks]
-        for t in threads:
-            t.start()
-        while alive := [t for t in threads if t.is_alive()]:
-            alive[0].join(0.02)
-            forward()
-            if ctx.should_stop():
-                stop.set()
-        forward()
-    if errors:
-        raise errors[0]
-    return [results[r] for r in ranks if r in results]
-
-
-def process_task(ctx: WorkerContext, config: AnyConfig, spec: BlockSpec) -> dict[str, Any] | None:
-    """Processes backend: this dask worker process is rank ctx.rank."""
-    done = _run_ranks_in_threads(ctx, config, spec, [ctx.rank], ctx.world)
-    return done[0] if done else None
-
-
-def threads_task(ctx: WorkerContext, config: AnyConfig, spec: BlockSpec) -> list[dict[str, Any]]:
-    """Threads backend: config.workers ranks as threads of this one process (the kernels release the GIL)."""
-    return _run_ranks_in_threads(ctx, config, spec, list(range(config.workers)), config.workers)
