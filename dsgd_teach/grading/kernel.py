@@ -8,11 +8,24 @@ DENIAL_FD is the write end of the worker's denial channel (-1: report denials on
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
+import re
 import sys
+from collections.abc import Iterable
 
 KERNEL_NICE = 15
+#: Packages whose import the fence would stop (torch loads native code through ctypes; the collectives package
+#: reads /proc through distributed): a notebook that imports one gets it imported here, before the fence goes up.
+#: top-level name in the cells -> module to import.
+WARMABLE = {"torch": "torch", "dsgd_teach.collectives": "dsgd_teach.collectives.thread_group"}
+
+
+def warm_for(sources: Iterable[str]) -> str:
+    """The WARMABLE names the cells import, comma-separated: the kernel's DSGD_KERNEL_WARM."""
+    text = "\n".join(sources)
+    return ",".join(n for n in WARMABLE if re.search(rf"^[ \t]*(?:from|import)[ \t]+{re.escape(n)}\b", text, re.M))
 
 
 def main(argv: list[str]) -> None:
@@ -28,6 +41,9 @@ def main(argv: list[str]) -> None:
 
     from . import probe  # noqa: F401
     from .checks import check  # noqa: F401
+    for name in os.environ.get("DSGD_KERNEL_WARM", "").split(","):
+        if name in WARMABLE:  # only these: the student's cells decide which, never what
+            importlib.import_module(WARMABLE[name])
 
     try:  # past the sandbox's memory limit, the OOM killer ends this kernel (or what it starts), not the worker
         with open("/proc/self/oom_score_adj", "w") as fh:

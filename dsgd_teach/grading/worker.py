@@ -29,6 +29,7 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionComplete, CellTimeoutError, DeadKernelError
 
 from .denials import Denials
+from .kernel import warm_for
 from .probe import MIME
 
 KERNEL_NAME = "dsgd-grading"
@@ -78,13 +79,13 @@ def _kernelspec(private: Path, job: dict[str, Any], workdir: Path, denial_fd: in
     return KernelSpecManager(kernel_dirs=[str(private / "kernels")])
 
 
-def _kernel_env(workdir: Path, seed: int) -> dict[str, str]:
+def _kernel_env(workdir: Path, seed: int, warm: str = "") -> dict[str, str]:
     keep = ("PATH", "LANG", "LC_ALL", "PYTHONHASHSEED", "PYTHONPATH")
     env = {k: os.environ[k] for k in keep if k in os.environ}
     env.update(HOME=str(workdir), TMPDIR=str(workdir), IPYTHONDIR=str(workdir / ".ipython"),
                MPLCONFIGDIR=str(workdir / ".mpl"), JUPYTER_PLATFORM_DIRS="1", DSGD_GRADER_SEED=str(seed),
                OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1", MPLBACKEND="Agg",
-               PYTHONDONTWRITEBYTECODE="1", DSGD_SMOKE="1")
+               PYTHONDONTWRITEBYTECODE="1", DSGD_SMOKE="1", DSGD_KERNEL_WARM=warm)
     return env
 
 
@@ -176,8 +177,9 @@ def _attempt(job: dict[str, Any], cells: list[dict[str, Any]], tests: dict[str, 
         if denials.eof.is_set() and CHANNEL_CLOSED not in flags:
             flags.append(CHANNEL_CLOSED)
 
+    warm = warm_for(c["source"] for c in job["cells"])  # torch and the like, imported before the fence
     try:
-        with client.setup_kernel(cwd=str(workdir), env=_kernel_env(workdir, job["seed"]),
+        with client.setup_kernel(cwd=str(workdir), env=_kernel_env(workdir, job["seed"], warm),
                                  stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                  stderr=subprocess.DEVNULL, pass_fds=(denials.write_fd,)):
             denials.close_writer()
