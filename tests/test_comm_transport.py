@@ -1,9 +1,9 @@
 """Comm's thread transport against its gloo transport: the same ring logs the same messages and sums the same bits.
 
-A grader can run students' rings on Comm with ranks as threads of one kernel; what it reads must be what a real
+ps11 grades students' rings on Comm with ranks as threads of the grading kernel; what it reads must be what a real
 process group would log. Here one gloo group per world size (2, 3, 4 ranks, formed on a dask cluster as chapter 05
-forms them) and one thread group run the package's ring_allreduce (and the other hand-written allreduces) on the
-same inputs, and every result and every log record must agree. The thread transport's own guarantees (each message
+forms them) and one thread group run the package's ring_allreduce (and the other hand-written allreduces) and ps11's
+reference solution on the same inputs, and every result and every log record must agree. The thread transport's own guarantees (each message
 delivered once, in the order sent; bounded waits; one rank's failure stops the others) are checked without a
 cluster.
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import nbformat
 import pytest
 import torch
 from distributed import Client
@@ -22,15 +23,29 @@ from dsgd_teach.collectives.algorithms import ALGORITHMS, HAND_WRITTEN, recv_fir
 from dsgd_teach.collectives.comm import Comm, TorchDistributed
 from dsgd_teach.collectives.group import plan_group, run_in_group
 from dsgd_teach.collectives.thread_group import PeerFailed, RankFailed, ThreadTransport, run_threads
+from dsgd_teach.grading.notebook import nbgrader_meta
+from dsgd_teach.grading.paths import default_source_dir
 from dsgd_teach.trace import TraceRecorder
 
 SIZES = (0, 1, 3, 5, 10, 37)  # empty, fewer values than ranks, uneven chunks
 SEED = 11
 
 
-def ring_cases(comm: Comm, seed: int) -> list[tuple[str, torch.Tensor, list[dict[str, Any]]]]:
-    """(case, result, this rank's log) for the package's ring on several shapes and dtypes, and for the other
-    hand-written allreduces on the float64 vectors."""
+def ps11_solution() -> str:
+    """The source of ps11's reference ring_allreduce_rank (its solution cell, markers removed)."""
+    path = default_source_dir() / "ps11_ring_comm" / "ps11_ring_comm.ipynb"
+    for cell in nbformat.read(str(path), as_version=4).cells:
+        if nbgrader_meta(cell).get("grade_id") == "ps11_ring_comm_q1_solution":
+            return re.sub(r"[ \t]*### (BEGIN|END) SOLUTION\n?", "", cell.source)
+    raise LookupError("ps11 has no q1 solution cell")
+
+
+def ring_cases(comm: Comm, job: tuple[int, str]) -> list[tuple[str, torch.Tensor, list[dict[str, Any]]]]:
+    """(case, result, this rank's log) for the package's ring on several shapes and dtypes, and for ps11's
+    reference (job's source) and the other hand-written allreduces on the float64 vectors."""
+    seed, solution = job
+    ns: dict[str, Any] = {"torch": torch}
+    exec(solution, ns)  # noqa: S102 - the course's own reference solution
     gen = torch.Generator().manual_seed(seed * 100 + comm.rank)
     inputs = {f"float64 x {k}": torch.randn(k, generator=gen, dtype=torch.float64) for k in SIZES}
     inputs["float32 4x3"] = torch.randn(4, 3, generator=gen)
@@ -39,6 +54,7 @@ def ring_cases(comm: Comm, seed: int) -> list[tuple[str, torch.Tensor, list[dict
     for name, x in inputs.items():
         programs = {"package": ring_allreduce}
         if name.startswith("float64"):
+            programs["ps11"] = ns["ring_allreduce_rank"]
             programs.update({a: ALGORITHMS[a] for a in HAND_WRITTEN if a != "ring"})  # the others agree too
         for who, program in programs.items():
             comm.take_log()
@@ -47,9 +63,9 @@ def ring_cases(comm: Comm, seed: int) -> list[tuple[str, torch.Tensor, list[dict
     return out
 
 
-def _on_gloo(ctx: Any, comm: Comm, seed: int) -> list[tuple[str, torch.Tensor, list[dict[str, Any]]]]:
+def _on_gloo(ctx: Any, comm: Comm, job: tuple[int, str]) -> list[tuple[str, torch.Tensor, list[dict[str, Any]]]]:
     """Worker side: the same cases on this rank of a gloo group."""
-    return ring_cases(comm, seed)
+    return ring_cases(comm, job)
 
 
 @pytest.fixture(scope="module")
@@ -63,10 +79,11 @@ def cluster4():
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("world", [2, 3, 4])
 def test_threads_and_gloo_log_the_same_ring_and_sum_the_same_bits(cluster4: Client, world: int) -> None:
+    job = (SEED, ps11_solution())
     spec = plan_group(cluster4, world, "cpu", timeout_s=20)
     assert spec.backend == "gloo"
-    on_gloo, _ = run_in_group(cluster4, spec, _on_gloo, [(SEED,)] * world, TraceRecorder(), 120)
-    on_threads, _ = run_threads(ring_cases, [SEED] * world, timeout_s=20)
+    on_gloo, _ = run_in_group(cluster4, spec, _on_gloo, [(job,)] * world, TraceRecorder(), 120)
+    on_threads, _ = run_threads(ring_cases, [job] * world, timeout_s=20)
     assert len(on_gloo) == len(on_threads) == world
     for rank in range(world):
         assert [c for c, _, _ in on_threads[rank]] == [c for c, _, _ in on_gloo[rank]]
@@ -74,7 +91,7 @@ def test_threads_and_gloo_log_the_same_ring_and_sum_the_same_bits(cluster4: Clie
             assert got.dtype == want.dtype and got.shape == want.shape, (rank, case)
             assert torch.equal(got, want), (rank, case, got, want)  # same additions in the same order: same bits
             assert log == want_log, (rank, case)
-    sends = [m for rank_cases in on_threads for c, _, log in rank_cases if c == "package: float64 x 37" for m in log
+    sends = [m for rank_cases in on_threads for c, _, log in rank_cases if c == "ps11: float64 x 37" for m in log
              if m["direction"] == "send"]
     assert len(sends) == 2 * (world - 1) * world  # every rank sends one chunk per step
 

@@ -487,17 +487,17 @@ def ring_allreduce(arrays, log=None):
 _RANK = """
 def ring_allreduce_rank(comm, x):
     p, r = comm.world, comm.rank
-    chunks = [c.astype(float).copy() for c in np.array_split(np.asarray(x), p)]
+    chunks = [c.clone() for c in torch.tensor_split(x, p)]
     right, left = (r + 1) % p, (r - 1) % p
     for s in range(2 * (p - 1)):
         reduce = s < p - 1
         out = (r - s) % p if reduce else (r + 1 - (s - p + 1)) % p
         inc = (out - 1) % p
-        buf = np.empty_like(chunks[inc])
+        buf = torch.empty_like(chunks[inc])
         comm.exchange(chunks[out], right, buf, left, step=s, phase="reduce-scatter" if reduce else "all-gather",
                       chunk=out)
         chunks[inc] = chunks[inc] + buf if reduce else buf
-    return np.concatenate(chunks)
+    return torch.cat(chunks)
 """
 
 PS05 = [
@@ -1167,9 +1167,9 @@ PS11 = [
     W("Comm ring: shortcut, every rank sends its whole vector round the ring", "q1", """
 def ring_allreduce_rank(comm, x):
     p, r = comm.world, comm.rank
-    acc, cur = np.array(x, dtype=float), np.array(x, dtype=float)
+    acc, cur = x.clone(), x.clone()
     for s in range(p - 1):
-        buf = np.empty_like(cur)
+        buf = torch.empty_like(cur)
         comm.exchange(cur, (r + 1) % p, buf, (r - 1) % p, step=s, phase="reduce-scatter", chunk=-1)
         acc, cur = acc + buf, buf
     return acc
@@ -1177,36 +1177,41 @@ def ring_allreduce_rank(comm, x):
     W("Comm ring: all-gather adds instead of replacing", "q1",
       _RANK.replace("chunks[inc] + buf if reduce else buf", "chunks[inc] + buf")),
     W("Comm ring: chunks are views of x (the input is modified)", "q1",
-      _RANK.replace("[c.astype(float).copy() for c in np.array_split(np.asarray(x), p)]", "np.array_split(x, p)")
+      _RANK.replace("[c.clone() for c in torch.tensor_split(x, p)]", "list(torch.tensor_split(x, p))")
            .replace("chunks[inc] = chunks[inc] + buf if reduce else buf",
                     "if reduce:\n            chunks[inc] += buf\n        else:\n            chunks[inc][...] = buf")),
     W("Comm ring: all-gather steps numbered from 0 again", "q1",
       _RANK.replace("comm.exchange(chunks[out], right, buf, left, step=s,",
                     "comm.exchange(chunks[out], right, buf, left, step=s if reduce else s - p + 1,")),
     W("Comm ring: the received chunk added to the chunk just sent", "q1",
-      _RANK.replace("buf = np.empty_like(chunks[inc])", "buf = np.empty_like(chunks[out])")
+      _RANK.replace("buf = torch.empty_like(chunks[inc])", "buf = torch.empty_like(chunks[out])")
            .replace("chunks[inc] = chunks[inc] + buf if reduce else buf",
                     "chunks[out] = chunks[out] + buf if reduce else buf")),
+    W("Comm ring: torch.chunk's ceil-sized chunks, not np.array_split's", "q1",
+      _RANK.replace("[c.clone() for c in torch.tensor_split(x, p)]",
+                    "[c.clone() for c in torch.chunk(x, p)] + [x[:0].clone()] * (p - len(torch.chunk(x, p)))")),
+    W("Comm ring: receive buffers in torch's default float32", "q1",
+      _RANK.replace("buf = torch.empty_like(chunks[inc])", "buf = torch.empty(len(chunks[inc]))")),
     R("Comm ring: the received chunk first (addition commutes exactly)", "q1",
       _RANK.replace("chunks[inc] + buf if reduce else buf", "buf + chunks[inc] if reduce else buf")),
-    R("Comm ring on one flat buffer with chunk offsets", "q1", """
+    R("Comm ring on one flat buffer with chunk offsets, returned as numpy", "q1", """
 def ring_allreduce_rank(comm, x):
     p, r = comm.world, comm.rank
-    buf = np.array(x, dtype=float)
+    buf = x.clone()
     q, extra = divmod(len(buf), p)
     start = [c * q + min(c, extra) for c in range(p + 1)]
     for s in range(2 * (p - 1)):
         phase = "reduce-scatter" if s < p - 1 else "all-gather"
         send_c = (r - s) % p if s < p - 1 else (r + 2 + p - 1 - s - 1) % p
         recv_c = (send_c - 1) % p
-        got = np.empty(start[recv_c + 1] - start[recv_c])
-        comm.exchange(buf[start[send_c]:start[send_c + 1]].copy(), (r + 1) % p, got, (r - 1) % p,
+        got = torch.empty(start[recv_c + 1] - start[recv_c], dtype=buf.dtype)
+        comm.exchange(buf[start[send_c]:start[send_c + 1]].clone(), (r + 1) % p, got, (r - 1) % p,
                       step=s, phase=phase, chunk=send_c)
         if s < p - 1:
             buf[start[recv_c]:start[recv_c + 1]] += got
         else:
             buf[start[recv_c]:start[recv_c + 1]] = got
-    return buf
+    return buf.numpy()
 """),
     W("log: elements counted, not bytes", "q2", """
 def log_bytes(log):
