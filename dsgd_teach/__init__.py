@@ -9,7 +9,7 @@ __version__ = "0.1.0"
 
 # Lazy exports: `import dsgd_teach` stays cheap (grading kernels and worker processes import sub-modules only).
 _EXPORTS = {
-    "start_client": "dsgd_teach.cluster",
+    "start_client": "dsgd_teach.runtime.cluster",
     "sized": "dsgd_teach.config",
     "smoke_mode": "dsgd_teach.config",
     "Result": "dsgd_teach.trace",

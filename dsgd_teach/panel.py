@@ -21,8 +21,8 @@ from matplotlib.figure import Figure
 
 from .config import Config
 from .plots import plot_live
+from .runtime.workers import get_workers
 from .trace import Result, StopRequested, to_frame
-from .workers import get_workers
 
 RunFn = Callable[[Any, Client, Any], Result]
 PlotFn = Callable[[Figure, Any], None]

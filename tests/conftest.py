@@ -9,7 +9,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from dsgd_teach.cluster import start_client
+from dsgd_teach.runtime.cluster import start_client
 
 os.environ.setdefault("DSGD_SMOKE", "1")
 

@@ -21,8 +21,8 @@ import nbformat  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
-from dsgd_teach import hosts  # noqa: E402
 from dsgd_teach.config import sized  # noqa: E402
+from dsgd_teach.runtime import hosts  # noqa: E402
 
 CHAPTER = Path(__file__).resolve().parents[1] / "course" / "05_allreduce.ipynb"
 

@@ -20,14 +20,14 @@ from dsgd_teach.averaging import (
     run_local_sgd,
 )
 from dsgd_teach.averaging.plots import plot_local_sgd
-from dsgd_teach.cluster import start_client, worker_addresses
-from dsgd_teach.live import RankInterrupted, WorkerLost, run_live
 from dsgd_teach.models import loss_and_grad
 from dsgd_teach.problem import get_problem
 from dsgd_teach.ps.faults import KillWorkerAfter
+from dsgd_teach.runtime.cluster import start_client, worker_addresses
+from dsgd_teach.runtime.live import RankInterrupted, WorkerLost, run_live
+from dsgd_teach.runtime.workers import interleave_hosts
 from dsgd_teach.sgd import batch_indices
 from dsgd_teach.trace import TraceRecorder
-from dsgd_teach.workers import interleave_hosts
 
 pytestmark = pytest.mark.timeout(150)
 

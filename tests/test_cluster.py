@@ -10,7 +10,7 @@ import pytest
 import torch
 from distributed import LocalCluster
 
-from dsgd_teach.cluster import (
+from dsgd_teach.runtime.cluster import (
     MIN_GPU_WORKER_MEMORY_BYTES,
     ClusterInfo,
     _gpu_cluster,

@@ -14,7 +14,6 @@ import pytest
 import torch
 from distributed import Client
 
-from dsgd_teach.cluster import start_client
 from dsgd_teach.collectives import (
     ALGORITHMS,
     HAND_WRITTEN,
@@ -35,9 +34,10 @@ from dsgd_teach.collectives import (
 )
 from dsgd_teach.collectives.cost_model import schedule_steps
 from dsgd_teach.collectives.experiment import run_session
-from dsgd_teach.collectives.group import plan_group, worker_thread_counts
 from dsgd_teach.collectives.session import Plan
 from dsgd_teach.experiments import get
+from dsgd_teach.runtime.cluster import start_client
+from dsgd_teach.runtime.group import plan_group, worker_thread_counts
 from dsgd_teach.sgd import DataParallelConfig, run_data_parallel
 from dsgd_teach.trace import StopRequested
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 from distributed import Client
 
-from dsgd_teach.cluster import start_client
 from dsgd_teach.collectives import HAND_WRITTEN
 from dsgd_teach.collectives.oracle import ORACLE_DTYPES, REFUSED_DTYPES, run_oracle
+from dsgd_teach.runtime.cluster import start_client
 
 
 @pytest.fixture(scope="module")

@@ -11,10 +11,10 @@ import os
 import nbformat
 import pytest
 
-from dsgd_teach import deployment
-from dsgd_teach.cluster import start_client
 from dsgd_teach.course_runner import chapters, execute
-from dsgd_teach.workers import capacity, get_workers
+from dsgd_teach.runtime import deployment
+from dsgd_teach.runtime.cluster import start_client
+from dsgd_teach.runtime.workers import capacity, get_workers
 
 
 @pytest.fixture(scope="module")

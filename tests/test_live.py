@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from dsgd_teach.live import WorkerLost, run_live
+from dsgd_teach.runtime.live import WorkerLost, run_live
 from dsgd_teach.trace import StopRequested, TraceRecorder
 
 

@@ -19,9 +19,9 @@ import psutil
 import pytest
 from nbclient import NotebookClient
 
-from dsgd_teach.cluster import MEMORY_BUDGET_BYTES
 from dsgd_teach.course_runner import COURSE_DIR, chapters
 from dsgd_teach.memory import ESTIMATED_BASELINE_BYTES, torch_build, worker_baseline
+from dsgd_teach.runtime.cluster import MEMORY_BUDGET_BYTES
 
 CHAPTERS = chapters()
 REPORT = COURSE_DIR.parent / "build" / "memory" / "peaks.json"

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dsgd_teach.cluster import start_client, worker_addresses
-from dsgd_teach.live import WorkerLost
 from dsgd_teach.ps import DownpourConfig, ShardUnavailable, SyncPSConfig, run_downpour, run_sync_ps
 from dsgd_teach.ps.faults import KillWorkerAfter
+from dsgd_teach.runtime.cluster import start_client, worker_addresses
+from dsgd_teach.runtime.live import WorkerLost
 
 pytestmark = pytest.mark.timeout(150)
 

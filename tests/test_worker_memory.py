@@ -7,8 +7,7 @@ import time
 
 import pytest
 
-from dsgd_teach import live, memory
-from dsgd_teach.cluster import start_client, worker_addresses
+from dsgd_teach import memory
 from dsgd_teach.memory import (
     BINDER_BUDGET_BYTES,
     WORKING_ROOM_BYTES,
@@ -17,6 +16,8 @@ from dsgd_teach.memory import (
     plan_worker_memory,
     worker_baseline,
 )
+from dsgd_teach.runtime import live
+from dsgd_teach.runtime.cluster import start_client, worker_addresses
 from dsgd_teach.sgd import DataParallelConfig, run_data_parallel
 from dsgd_teach.trace import TraceRecorder
 

@@ -8,9 +8,9 @@ import time
 import pytest
 from distributed import LocalCluster
 
-from dsgd_teach.cluster import start_client, worker_addresses
 from dsgd_teach.ps.server import default_placement
-from dsgd_teach.workers import by_host, capacity, get_workers, interleave_hosts, rendezvous_host
+from dsgd_teach.runtime.cluster import start_client, worker_addresses
+from dsgd_teach.runtime.workers import by_host, capacity, get_workers, interleave_hosts, rendezvous_host
 
 A = ["tcp://10.0.0.1:4001", "tcp://10.0.0.1:4002", "tcp://10.0.0.2:4001", "tcp://10.0.0.2:4002"]
 

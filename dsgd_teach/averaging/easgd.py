@@ -14,12 +14,12 @@ import time
 import numpy as np
 from distributed import Client
 
-from ..live import WorkerContext, run_live
 from ..models import loss_and_grad
 from ..problem import get_problem
 from ..ps.monitor import quiet_released_shards
 from ..ps.replica import leave_thread_pool
 from ..ps.server import ShardedServer, ShardUnavailable
+from ..runtime.live import WorkerContext, run_live
 from ..sampling import batch_indices
 from ..trace import OnUpdate, Result, TraceRecorder
 from .config import EASGDConfig

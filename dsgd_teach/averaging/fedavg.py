@@ -18,9 +18,9 @@ import numpy as np
 import pandas as pd
 from distributed import Client, Future
 
-from ..cluster import worker_addresses
 from ..models import loss_and_grad
 from ..problem import ProblemSpec, get_problem
+from ..runtime.cluster import worker_addresses
 from ..sampling import batch_indices
 from ..trace import OnUpdate, Result, StopRequested, TraceRecorder
 from .config import FedAvgConfig

@@ -23,11 +23,11 @@ import torch
 from distributed import Client
 
 from ..collectives.algorithms import ALGORITHMS
-from ..collectives.comm import Comm
-from ..collectives.group import plan_group, run_in_group
-from ..live import RankInterrupted, WorkerContext, WorkerLost
 from ..models import loss_and_grad
 from ..problem import get_problem
+from ..runtime.comm import Comm
+from ..runtime.group import plan_group, run_in_group
+from ..runtime.live import RankInterrupted, WorkerContext, WorkerLost
 from ..sampling import batch_indices
 from ..trace import OnUpdate, Result, TraceRecorder
 from .config import LocalSGDConfig

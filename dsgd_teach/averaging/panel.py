@@ -7,8 +7,8 @@ import pandas as pd
 from distributed import Client
 from matplotlib.figure import Figure
 
-from ..cluster import worker_addresses
 from ..panel import ExperimentPanel
+from ..runtime.cluster import worker_addresses
 from .config import FedAvgConfig, LocalSGDConfig
 from .fedavg import fed_curve, run_fedavg
 from .local_sgd import local_sgd_curve, run_local_sgd

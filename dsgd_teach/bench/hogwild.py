@@ -13,9 +13,9 @@ from typing import Any
 
 import pandas as pd
 
-from ..cluster import cpu_count
 from ..hogwild import CountingConfig, HogwildConfig, run_counting
 from ..hogwild.sweeps import interleaved_runs, warm
+from ..runtime.cluster import cpu_count
 from .runner import with_client
 
 SPARSE = HogwildConfig(dataset="sparse", n_samples=100_000, n_features=200_000, density=1e-4, skew=0.0, epochs=20,

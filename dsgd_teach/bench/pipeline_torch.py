@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from ..cluster import start_client
-from ..collectives.group import find_free_port
 from ..pipeline import PipelineConfig, run_pipeline
+from ..runtime.cluster import start_client
+from ..runtime.group import find_free_port
 
 BASE = PipelineConfig(stages=2, depth=8, batch_size=512, steps=16, lr=0.01, device="cpu", timeout_s=60)
 SETTINGS = [(schedule, m, hidden) for schedule in ("gpipe", "1f1b") for hidden in (64, 512) for m in (4, 8)]

@@ -1,6 +1,6 @@
 """Benchmark for chapter 05 on shaped links: ring against star (naive) over emulated hosts at 200 Mbit/s.
 
-Five emulated hosts (dsgd_teach.hosts): the scheduler and the driver on host 0, one `dask worker` on each of hosts
+Five emulated hosts (dsgd_teach.runtime.hosts): the scheduler and the driver on host 0, one `dask worker` on each of hosts
 1-4, every link a token bucket of RATE. At N = 3 and 4 ranks and a message of MIB MiB, the figures to quote are
 star_over_ring_{N}ranks_ratio (> 1: the ring wins, as the alpha-beta model predicts) and
 model_error_{algorithm}_{N}ranks (|predicted - measured| / measured, goal <= 0.25), with alpha and beta fitted
@@ -9,7 +9,7 @@ from a ping-pong between two ranks in the same session. Needs root; elsewhere it
 What made the ring lose before: every emulated host is a separate address, so the course's worker settings gave
 each worker all the machine's cores as torch threads; four ranks on two cores then fought with spinning OpenMP
 threads at every reduce of every ring step (the star adds on one rank only). Threads are now shared per machine
-(dsgd_teach/worker_settings.py) and the workers here also start with OMP_NUM_THREADS=1. The emulation itself
+(dsgd_teach/runtime/worker_settings.py) and the workers here also start with OMP_NUM_THREADS=1. The emulation itself
 holds: a plain TCP flow, alone or three at once around a ring, reaches 23.9 MB/s of the 25 MB/s (200 Mbit/s,
 headers included), and a gloo ring step outside dask matches the fitted model. On a shared 2-core machine the ring,
 whose ranks all need a core at once, is the figure most disturbed by other load. Measured there: star/ring 2.8
@@ -34,12 +34,12 @@ def _inside(address: str) -> dict[str, Any]:
     """Run on host 0: one session per world size; fit the link from the ping-pong, time star and ring."""
     import numpy as np
 
-    from ..cluster import start_client
     from ..collectives.cost_model import fit_alpha_beta, predict_seconds
     from ..collectives.experiment import run_session
-    from ..collectives.group import group_hosts
     from ..collectives.session import Plan
-    from ..deployment import wait_for_workers
+    from ..runtime.cluster import start_client
+    from ..runtime.deployment import wait_for_workers
+    from ..runtime.group import group_hosts
 
     wait_for_workers(address, max(WORLDS))
     k = MIB * 2**20 // 4
@@ -70,7 +70,7 @@ def _inside(address: str) -> dict[str, Any]:
 
 def measure() -> dict[str, float | str]:
     """Make the shaped hosts, start dask on them with its CLI, measure from host 0, tear everything down."""
-    from .. import hosts
+    from ..runtime import hosts
 
     reason = hosts.available()
     if reason:

@@ -1,5 +1,6 @@
 """Chapter 05: collective communication from scratch — allreduce by hand (star, doubling, binomial tree, halving-doubling, ring)."""
 
+from ..runtime.group import GroupSpec, find_free_port, plan_group, port_is_free, process_group, run_in_group
 from .algorithms import (
     ALGORITHMS,
     HAND_WRITTEN,
@@ -25,7 +26,6 @@ from .experiment import (
     run_sweep,
     verify_algorithms,
 )
-from .group import GroupSpec, find_free_port, plan_group, port_is_free, process_group, run_in_group
 
 __all__ = [
     "ALGORITHMS",

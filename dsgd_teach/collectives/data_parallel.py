@@ -16,14 +16,14 @@ import torch
 from distributed import Client
 
 from ..config import check_choice, check_float, check_int
-from ..live import WorkerContext
 from ..models import loss_and_grad
 from ..problem import TrainingConfig, get_problem
+from ..runtime.comm import Comm
+from ..runtime.group import DEVICES, plan_group, run_in_group
+from ..runtime.live import WorkerContext
 from ..sampling import batch_indices
 from ..trace import OnUpdate, Result, TraceRecorder
 from .algorithms import check_algorithm, get_allreduce
-from .comm import Comm
-from .group import DEVICES, plan_group, run_in_group
 
 
 @dataclass(frozen=True)

@@ -15,10 +15,10 @@ import pandas as pd
 from distributed import Client
 
 from ..config import Config, check_choice, check_float, check_int
+from ..runtime.group import DEVICES, GroupSpec, group_hosts, plan_group, run_in_group
 from ..trace import OnUpdate, Result, TraceRecorder
 from .algorithms import ALGORITHMS, HAND_WRITTEN, check_algorithm, resolve
 from .cost_model import AlphaBeta, bus_bandwidth, fit_alpha_beta, predict_seconds
-from .group import DEVICES, GroupSpec, group_hosts, plan_group, run_in_group
 from .session import Plan, rank_input, run_plan
 
 MAX_ELEMENTS = 16 * 1024 * 1024  # 64 MiB of float32: stays inside a laptop's memory with four ranks

@@ -18,11 +18,11 @@ import torch
 import torch.distributed as dist
 from distributed import Client
 
-from ..live import WorkerContext
+from ..runtime.comm import Comm
+from ..runtime.group import plan_group, run_in_group
+from ..runtime.live import WorkerContext
 from ..trace import TraceRecorder
 from .algorithms import ALGORITHMS, HAND_WRITTEN
-from .comm import Comm
-from .group import plan_group, run_in_group
 
 #: The dtypes the oracle feeds in: gloo sums each of them (tensors.REDUCIBLE_DTYPES).
 ORACLE_DTYPES: tuple[torch.dtype, ...] = (

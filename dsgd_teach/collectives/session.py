@@ -15,9 +15,9 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..live import WorkerContext
+from ..runtime.comm import Comm
+from ..runtime.live import WorkerContext
 from .algorithms import get_allreduce, recv_first_exchange
-from .comm import Comm
 
 
 @dataclass(frozen=True)

@@ -16,10 +16,10 @@ import sys
 from collections.abc import Iterable
 
 KERNEL_NICE = 15
-#: Packages whose import the fence would stop (torch loads native code through ctypes; the collectives package
-#: reads /proc through distributed): a notebook that imports one gets it imported here, before the fence goes up.
+#: Packages whose import the fence would stop (torch loads native code through ctypes; the course's runtime imports
+#: torch.distributed): a notebook that imports one gets it imported here, before the fence goes up.
 #: top-level name in the cells -> module to import.
-WARMABLE = {"torch": "torch", "dsgd_teach.collectives": "dsgd_teach.collectives.thread_group"}
+WARMABLE = {"torch": "torch", "dsgd_teach.runtime": "dsgd_teach.runtime.thread_group"}
 
 
 def warm_for(sources: Iterable[str]) -> str:

@@ -6,7 +6,7 @@ import ipywidgets as widgets
 from distributed import Client
 
 from ..panel import ExperimentPanel
-from ..workers import capacity
+from ..runtime.workers import capacity
 from .config import HogwildConfig
 from .plots import plot_progress
 from .run import run_hogwild

@@ -12,9 +12,9 @@ from typing import Any
 import numpy as np
 from distributed import Client
 
-from ..live import run_live
+from ..runtime.live import run_live
+from ..runtime.workers import host_of, one_host_workers, require_workers
 from ..trace import OnUpdate, Result, TraceRecorder
-from ..workers import host_of, one_host_workers, require_workers
 from .config import CountingConfig, HogwildConfig
 from .kernels import accuracy, mean_loss
 from .mutex import HAVE_MUTEX

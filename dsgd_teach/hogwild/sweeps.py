@@ -11,9 +11,9 @@ from collections.abc import Sequence
 import pandas as pd
 from distributed import Client
 
-from ..cluster import cpu_count, worker_addresses
+from ..runtime.cluster import cpu_count, worker_addresses
+from ..runtime.workers import get_workers
 from ..trace import Result
-from ..workers import get_workers
 from .config import CountingConfig, HogwildConfig
 from .run import run_counting, run_hogwild
 

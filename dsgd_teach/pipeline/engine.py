@@ -21,8 +21,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ..collectives.comm import Comm
-from ..live import WorkerContext
+from ..runtime.comm import Comm
+from ..runtime.live import WorkerContext
 from ..sampling import batch_indices
 from . import gpipe, naive, one_f_one_b
 from .actions import Action, TrainStep, actions_of

@@ -12,8 +12,8 @@ import torch
 from distributed import Client
 from torch import nn
 
-from ..collectives.group import DEVICES, plan_group, run_in_group
 from ..config import Config, check_choice, check_float, check_int
+from ..runtime.group import DEVICES, plan_group, run_in_group
 from ..sampling import batch_indices
 from ..trace import OnUpdate, Result, TraceRecorder
 from .decoupled import decoupled_rank

@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ..collectives.comm import Comm, wait_for
+from ..runtime.comm import Comm, wait_for
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ..collectives.comm import wait_for
+from ..runtime.comm import wait_for
 
 
 @dataclass

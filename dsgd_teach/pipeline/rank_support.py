@@ -9,9 +9,9 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..collectives.comm import Comm, wait_for
-from ..live import WorkerContext
 from ..problem import ProblemSpec, get_problem
+from ..runtime.comm import Comm, wait_for
+from ..runtime.live import WorkerContext
 
 
 def training_data(config: Any) -> tuple[np.ndarray, np.ndarray]:

@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from ..live import WorkerContext
+from ..runtime.live import WorkerContext
 from .server import ShardedServer, ShardUnavailable
 
 T = TypeVar("T")

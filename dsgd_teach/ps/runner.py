@@ -10,10 +10,10 @@ import numpy as np
 import pandas as pd
 from distributed import Client
 
-from ..live import run_live
 from ..problem import Problem, get_problem
+from ..runtime.live import run_live
+from ..runtime.workers import require_workers
 from ..trace import OnUpdate, Result, StopRequested
-from ..workers import require_workers
 from .config import PSConfig
 from .monitor import ServerWatch, quiet_released_shards
 from .server import ShardedServer

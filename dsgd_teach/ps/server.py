@@ -22,9 +22,9 @@ import numpy as np
 from distributed import Client, Variable
 from distributed.actor import Actor
 
-from ..cluster import worker_addresses
 from ..config import check_choice, check_float, check_int
-from ..workers import alternate_from_end
+from ..runtime.cluster import worker_addresses
+from ..runtime.workers import alternate_from_end
 from . import checkpoint as ckpt
 from .optimizers import DEFAULT_DC_LAMBDA, OPTIMIZERS
 from .shard import BarrierTimeout, ParamShard

@@ -12,9 +12,9 @@ import time
 
 from distributed import Client
 
-from ..live import WorkerContext
 from ..models import loss_and_grad
 from ..problem import get_problem
+from ..runtime.live import WorkerContext
 from ..sampling import batch_indices
 from ..trace import OnUpdate, Result
 from .config import SyncPSConfig

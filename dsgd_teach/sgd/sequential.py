@@ -9,9 +9,9 @@ from dataclasses import dataclass
 import numpy as np
 from distributed import Client
 
-from ..live import WorkerContext, run_live
 from ..models import loss_and_grad
 from ..problem import ProblemSpec, TrainingConfig, get_problem
+from ..runtime.live import WorkerContext, run_live
 from ..sampling import batch_indices
 from ..trace import OnUpdate, Result, TraceRecorder
 

@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 
 from ..collectives.algorithms import ring_allreduce
-from ..collectives.comm import Comm
+from ..runtime.comm import Comm
 from .buckets import assign_buckets
 
 

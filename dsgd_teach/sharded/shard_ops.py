@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from ..collectives.comm import Comm
+from ..runtime.comm import Comm
 
 HOW = ("ring", "library")
 

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ..collectives.comm import Comm
+from ..runtime.comm import Comm
 from .shard_ops import all_gather, padded_numel, reduce_scatter
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}

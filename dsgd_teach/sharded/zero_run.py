@@ -16,10 +16,10 @@ import numpy as np
 import torch
 from distributed import Client
 
-from ..collectives.comm import Comm
-from ..collectives.group import DEVICES, plan_group, run_in_group
 from ..config import Config, check_choice, check_float, check_int
-from ..live import WorkerContext
+from ..runtime.comm import Comm
+from ..runtime.group import DEVICES, plan_group, run_in_group
+from ..runtime.live import WorkerContext
 from ..trace import OnUpdate, Result, TraceRecorder
 from .toy import batch, flat_params, make_mlp
 from .zero import DTYPES, LossScaler, ZeroAdam, activation_meter, traffic_formula, zero_formula

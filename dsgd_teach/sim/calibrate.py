@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..runtime.workers import get_workers
 from ..trace import Result
-from ..workers import get_workers
 from .config import from_config
 from .run import run_simulated
 

@@ -17,11 +17,11 @@ from typing import Any
 from distributed import Client
 
 from ..config import check_bool, check_choice, check_float, check_int
-from ..live import WorkerContext, pick_workers, run_live
 from ..models import loss_and_grad
 from ..problem import get_problem
 from ..ps.optimizers import DEFAULT_DC_LAMBDA, OPTIMIZERS
 from ..runtime import ActorCalls
+from ..runtime.live import WorkerContext, pick_workers, run_live
 from ..sampling import batch_indices
 from ..trace import OnUpdate, Result
 from .actors import AsyncServer

@@ -8,8 +8,8 @@ from typing import Any
 from distributed import Client
 
 from ..config import check_bool, check_choice, check_int
+from ..runtime.workers import capacity, get_workers
 from ..trace import OnUpdate, Result
-from ..workers import capacity, get_workers
 from .async_sgd import AsyncConfig, run_async
 from .delays import STRAGGLER_MODELS
 from .sync import SyncConfig, run_sync

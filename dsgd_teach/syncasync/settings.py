@@ -12,8 +12,8 @@ from distributed import Client
 from ..config import check_choice, check_float, check_int
 from ..machine import MAX_WORKERS
 from ..problem import Problem, TrainingConfig
+from ..runtime.workers import require_workers
 from ..trace import OnUpdate, TraceRecorder
-from ..workers import require_workers
 from .delays import STRAGGLER_MODELS, DelayModel, frozen_script, validate_script
 
 

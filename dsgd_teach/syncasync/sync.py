@@ -16,10 +16,10 @@ import numpy as np
 from distributed import Client
 
 from ..config import check_bool, check_int
-from ..live import WorkerContext, pick_workers, run_live
 from ..models import loss_and_grad
 from ..problem import get_problem
 from ..runtime import ActorCalls
+from ..runtime.live import WorkerContext, pick_workers, run_live
 from ..sampling import batch_indices
 from ..trace import OnUpdate, Result
 from .actors import SyncCoordinator

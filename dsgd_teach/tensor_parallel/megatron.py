@@ -17,10 +17,10 @@ import torch
 from distributed import Client
 
 from ..collectives.algorithms import ALGORITHMS, chunk_offsets
-from ..collectives.comm import Comm
-from ..collectives.group import DEVICES, plan_group, run_in_group
 from ..config import Config, check_choice, check_float, check_int
-from ..live import WorkerContext
+from ..runtime.comm import Comm
+from ..runtime.group import DEVICES, plan_group, run_in_group
+from ..runtime.live import WorkerContext
 from ..trace import OnUpdate, Result, TraceRecorder
 
 

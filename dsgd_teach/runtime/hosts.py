@@ -7,7 +7,7 @@ traffic leaves them. Every process started "on" host i runs in that namespace an
 real machines. Links can be shaped with a token bucket (tc tbf; netem is not available everywhere). Needs root.
 
 Used by the multi-host tests, the shaped-links benchmark, chapter 05 (`shaped_allreduce`: star against ring over
-shaped links, hosts made and removed within one call) and `python -m dsgd_teach.hosts up|down` for lecturers.
+shaped links, hosts made and removed within one call) and `python -m dsgd_teach.runtime.hosts up|down` for lecturers.
 """
 
 from __future__ import annotations
@@ -206,7 +206,7 @@ def shaped_allreduce(worlds: tuple[int, ...] = (3, 4), rate: str = "200mbit", mi
     t0 = time.perf_counter()
     with shaped_deployment(1 + max(worlds), rate) as (h, dep):
         args = ["measure", dep.address, "--worlds", *map(str, worlds), "--mib", str(mib), "--repeats", str(repeats)]
-        proc = h.run(0, sys.executable, "-m", "dsgd_teach.hosts", *args, capture_output=True, text=True,
+        proc = h.run(0, sys.executable, "-m", "dsgd_teach.runtime.hosts", *args, capture_output=True, text=True,
                      timeout=timeout_s)
         if proc.returncode != 0:
             raise RuntimeError(f"measuring on the shaped hosts failed:\n{proc.stderr[-3000:]}")
@@ -245,12 +245,12 @@ def _measure_inside(address: str, worlds: list[int], mib: float, repeats: int) -
 
     import numpy as np
 
+    from ..collectives.cost_model import fit_alpha_beta, predict_seconds
+    from ..collectives.experiment import run_session
+    from ..collectives.session import Plan
     from .cluster import start_client
-    from .collectives.cost_model import fit_alpha_beta, predict_seconds
-    from .collectives.experiment import run_session
-    from .collectives.group import group_hosts
-    from .collectives.session import Plan
     from .deployment import wait_for_workers
+    from .group import group_hosts
 
     t0 = time.perf_counter()
     wait_for_workers(address, max(worlds))
@@ -279,8 +279,8 @@ def _measure_inside(address: str, worlds: list[int], mib: float, repeats: int) -
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m dsgd_teach.hosts up [--hosts 3] [--rate 200mbit]` / `down TAG`: emulated hosts for a lecture."""
-    parser = argparse.ArgumentParser(prog="python -m dsgd_teach.hosts", description=__doc__.splitlines()[0])
+    """`python -m dsgd_teach.runtime.hosts up [--hosts 3] [--rate 200mbit]` / `down TAG`: emulated hosts for a lecture."""
+    parser = argparse.ArgumentParser(prog="python -m dsgd_teach.runtime.hosts", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     p_up = sub.add_parser("up", help="make the hosts and print how to start dask on them")
     p_up.add_argument("--hosts", type=int, default=3)
@@ -308,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
         pre = " ".join(shlex.quote(a) for a in hosts.prefix(i))
         print(f"on host {i}:  {pre} dask worker tcp://{hosts.ips[0]}:8786 --host {hosts.ips[i]} --nthreads 1")
     print(f"notebook:   DSGD_SCHEDULER=tcp://{hosts.ips[0]}:8786 {run} jupyter lab --allow-root")
-    print(f"when done:  python -m dsgd_teach.hosts down {hosts.tag}")
+    print(f"when done:  python -m dsgd_teach.runtime.hosts down {hosts.tag}")
     return 0
 
 

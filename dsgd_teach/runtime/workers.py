@@ -17,8 +17,8 @@ from typing import Any
 
 from distributed import Client
 
-from .machine import MAX_WORKERS, check_n_workers, host_of, worker_addresses
-from .memory import check_workers_memory
+from ..machine import MAX_WORKERS, check_n_workers, host_of, worker_addresses
+from ..memory import check_workers_memory
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Process-group lifecycle: one torch.distributed rank per dask worker, formed for a run and always torn down.
 
 The driver picks the workers, finds a free port on the rank-0 worker's host, and runs a task per rank through
-`dsgd_teach.live.run_live`; each task joins the group (gloo on CPU, NCCL on GPU) with a timeout, does its work
+`dsgd_teach.runtime.live.run_live`; each task joins the group (gloo on CPU, NCCL on GPU) with a timeout, does its work
 and calls destroy_process_group in a `finally`, so a failed or stopped run leaves no group, port or thread behind.
 """
 
@@ -19,12 +19,12 @@ import torch
 import torch.distributed as dist
 from distributed import Client
 
-from ..cluster import visible_gpus, worker_addresses
-from ..live import WorkerContext, run_live
 from ..machine import host_of
 from ..trace import TraceRecorder
-from ..workers import get_workers, interleave_hosts, rendezvous_host
+from .cluster import visible_gpus, worker_addresses
 from .comm import Comm
+from .live import WorkerContext, run_live
+from .workers import get_workers, interleave_hosts, rendezvous_host
 
 DEVICES = ("auto", "cpu", "cuda")
 

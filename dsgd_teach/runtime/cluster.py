@@ -23,9 +23,8 @@ from dask.utils import parse_bytes
 from distributed import Client, LocalCluster
 from distributed.diagnostics.plugin import WorkerPlugin
 
-from . import worker_settings
-from .machine import WORKER_MALLOC, check_n_workers, cpu_count, worker_addresses
-from .memory import (
+from ..machine import WORKER_MALLOC, check_n_workers, cpu_count, worker_addresses
+from ..memory import (
     BINDER_BUDGET_BYTES,
     MiB,
     WorkerMemoryError,
@@ -34,6 +33,7 @@ from .memory import (
     scheduler_workers,
     worker_baseline,
 )
+from . import worker_settings
 from .workers import scale_to
 
 log = logging.getLogger(__name__)
@@ -191,7 +191,7 @@ class CourseClient(Client):
         if self._owned_cluster is None:
             raise RuntimeError(
                 "this client is connected to an external scheduler; resize that deployment with its own tools "
-                "(dsgd_teach.workers.get_workers runs with what fits instead)"
+                "(dsgd_teach.runtime.workers.get_workers runs with what fits instead)"
             )
         if n_workers == self.n_workers():
             return _describe(n_workers)

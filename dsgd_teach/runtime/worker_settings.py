@@ -19,7 +19,7 @@ from typing import Any
 from distributed import Client
 from distributed.diagnostics.plugin import WorkerPlugin
 
-from .machine import WORKER_MALLOC, cpu_count, host_of
+from ..machine import WORKER_MALLOC, cpu_count, host_of
 
 PLUGIN_NAME = "dsgd-course-settings"
 #: glibc mallopt parameter numbers (malloc.h).
@@ -81,7 +81,7 @@ def _machine_cores() -> tuple[str, int]:
 def threads_by_host(client: Client) -> dict[str, int]:
     """floor(cores of the machine / workers on that machine), at least 1, for every worker address's host.
 
-    Workers are counted per machine, not per address: emulated hosts (dsgd_teach.hosts) give each worker its own
+    Workers are counted per machine, not per address: emulated hosts (dsgd_teach.runtime.hosts) give each worker its own
     address on one machine, and giving each of them all the machine's cores oversubscribes it (measured: torch's
     spinning intra-op threads made each step of a ring allreduce over four such hosts several times slower).
     """

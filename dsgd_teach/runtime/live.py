@@ -16,9 +16,9 @@ from typing import Any
 
 from distributed import Client, Event, Future, get_worker
 
+from ..memory import check_workers_memory, memory_error, paused_workers, scheduler_workers
+from ..trace import StopRequested, TraceRecorder
 from .cluster import worker_addresses
-from .memory import check_workers_memory, memory_error, paused_workers, scheduler_workers
-from .trace import StopRequested, TraceRecorder
 
 #: How long a rank's worker may stay paused, with the rank's task not started there, before the run gives up.
 PAUSE_GRACE_S = 2.0
