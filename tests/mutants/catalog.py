@@ -5,16 +5,8 @@ Each variant's code redefines only the functions it changes; the rest of the not
 
 from __future__ import annotations
 
-from .harness import Variant
-
-
-def W(name: str, question: str, code: str) -> Variant:  # noqa: N802 - a table reads better with short names
-    return Variant(name, question, False, code.strip() + "\n")
-
-
-def R(name: str, question: str, code: str) -> Variant:  # noqa: N802
-    return Variant(name, question, True, code.strip() + "\n")
-
+from .harness import R, Variant, W
+from .ps12_sharding import PS12
 
 _SAMPLER = """
 def minibatch_indices(n, batch_size, step, seed):
@@ -1255,8 +1247,6 @@ def busiest_link(logs):
       _RANK.replace("right, left = (r + 1) % p, (r - 1) % p", "right, left = (r - 1) % p, (r + 1) % p")),
 ]
 
-
-from .ps12_sharding import PS12  # noqa: E402 - after W and R, which ps12_sharding imports from here
 
 CATALOG: dict[str, list[Variant]] = {
     "ps01_sgd": PS01, "ps02_hogwild": PS02, "ps03_ps": PS03, "ps04_syncasync": PS04,

@@ -34,6 +34,16 @@ class Variant:
 
 
 @functools.cache
+def W(name: str, question: str, code: str) -> Variant:  # noqa: N802 - a table reads better with short names
+    """A wrong solution: one realistic mistake; it must lose points at every seed."""
+    return Variant(name, question, False, code.strip() + "\n")
+
+
+def R(name: str, question: str, code: str) -> Variant:  # noqa: N802
+    """A right solution written differently from the reference; it must get full marks at every seed."""
+    return Variant(name, question, True, code.strip() + "\n")
+
+
 def assignment(name: str) -> Assignment:
     source = default_source_dir()
     return load_assignment(source / name / f"{name}.ipynb")

@@ -1,12 +1,8 @@
-"""ps12_sharding: wrong solutions (one realistic mistake each) and correct solutions written differently.
-
-catalog.py imports PS12 into CATALOG after defining W and R, which this module takes from it: import the
-catalog (as the tests do), not this module, first.
-"""
+"""ps12_sharding: wrong solutions (one realistic mistake each) and correct solutions written differently."""
 
 from __future__ import annotations
 
-from .catalog import R, W
+from .harness import R, W
 
 _BUCKETS = """
 def assign_buckets(params, cap_bytes, itemsize=4):
