@@ -16,11 +16,12 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from distributed import Client, Future
+from distributed import Client
 
 from ..models import loss_and_grad
 from ..problem import ProblemSpec, get_problem
 from ..runtime.cluster import worker_addresses
+from ..runtime.rounds import collect
 from ..sampling import batch_indices
 from ..trace import OnUpdate, Result, StopRequested, TraceRecorder
 from .config import FedAvgConfig
@@ -76,34 +77,6 @@ def client_plan(config: FedAvgConfig, rnd: int, k: int) -> dict[str, Any]:
     return {"epochs": 1 if fedsgd else config.local_epochs, "batch": 10**9 if fedsgd else config.batch_size,
             "lr": config.lr, "mu": config.prox_mu, "seed": config.seed + 1000 * rnd + k,
             "quit_after": 1 if quits else -1, "delay_s": config.client_delay_s}
-
-
-def collect(client: Client, futures: dict[int, Future], pinned: dict[int, str], timeout_s: float
-            ) -> tuple[dict[int, dict[str, Any]], dict[int, str]]:
-    """Wait for the round's clients: (finished results, {client: why it was lost}). Never waits past timeout_s."""
-    done: dict[int, dict[str, Any]] = {}
-    lost: dict[int, str] = {}
-    deadline, last_check = time.monotonic() + timeout_s, 0.0
-    while len(done) + len(lost) < len(futures):
-        for k, fut in futures.items():
-            if k in done or k in lost or not fut.done():
-                continue
-            if fut.status == "error":
-                lost[k] = f"failed: {type(fut.exception()).__name__}"
-            else:
-                done[k] = fut.result()
-        now = time.monotonic()
-        if now - last_check > 0.25:
-            last_check, alive = now, set(worker_addresses(client))
-            for k, address in pinned.items():
-                if k not in done and k not in lost and address not in alive:
-                    lost[k] = "worker died"
-        if now > deadline:
-            lost.update({k: "round deadline" for k in futures if k not in done and k not in lost})
-        time.sleep(0.002)
-    for k in lost:
-        futures[k].cancel()
-    return done, lost
 
 
 def run_fedavg(config: FedAvgConfig, client: Client, on_update: OnUpdate | None = None) -> Result:
