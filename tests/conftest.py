@@ -57,6 +57,14 @@ def client():
         yield c
 
 
+@pytest.fixture(scope="module")
+def cluster4():
+    """Four workers grown from two (what chapter 05's panel does), one cluster per test module."""
+    with start_client(2, quiet=True, use_gpu=False) as c:
+        c.resize(4)
+        yield c
+
+
 @pytest.fixture
 def fresh_client():
     """A private two-worker cluster, for tests that resize, kill workers or check clean-up."""

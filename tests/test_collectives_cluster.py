@@ -36,20 +36,11 @@ from dsgd_teach.collectives.cost_model import schedule_steps
 from dsgd_teach.collectives.experiment import run_session
 from dsgd_teach.collectives.session import Plan
 from dsgd_teach.experiments import get
-from dsgd_teach.runtime.cluster import start_client
 from dsgd_teach.runtime.group import plan_group, worker_thread_counts
 from dsgd_teach.sgd import DataParallelConfig, run_data_parallel
 from dsgd_teach.trace import StopRequested
 
 SIZES = (0, 1, 2, 3, 5, 7, 10, 1001)  # includes K < N and K not divisible by N for every N in 1..4
-
-
-@pytest.fixture(scope="module")
-def cluster4():
-    """Four workers grown from two (what the notebook's panel does), keeping the two-worker memory limit."""
-    with start_client(2, quiet=True, use_gpu=False) as c:
-        c.resize(4)
-        yield c
 
 
 @pytest.fixture(scope="module")

@@ -11,15 +11,6 @@ from distributed import Client
 
 from dsgd_teach.collectives import HAND_WRITTEN
 from dsgd_teach.collectives.oracle import ORACLE_DTYPES, REFUSED_DTYPES, run_oracle
-from dsgd_teach.runtime.cluster import start_client
-
-
-@pytest.fixture(scope="module")
-def cluster4():
-    """Four workers grown from two, as chapter 05's panel does."""
-    with start_client(2, quiet=True, use_gpu=False) as c:
-        c.resize(4)
-        yield c
 
 
 @pytest.mark.timeout(180)

@@ -21,7 +21,6 @@ from distributed import Client
 from dsgd_teach.collectives.algorithms import ALGORITHMS, HAND_WRITTEN, recv_first_exchange, ring_allreduce
 from dsgd_teach.grading.notebook import nbgrader_meta
 from dsgd_teach.grading.paths import default_source_dir
-from dsgd_teach.runtime.cluster import start_client
 from dsgd_teach.runtime.comm import Comm, TorchDistributed
 from dsgd_teach.runtime.group import plan_group, run_in_group
 from dsgd_teach.runtime.thread_group import PeerFailed, RankFailed, ThreadTransport, run_threads
@@ -66,14 +65,6 @@ def ring_cases(comm: Comm, job: tuple[int, str]) -> list[tuple[str, torch.Tensor
 def _on_gloo(ctx: Any, comm: Comm, job: tuple[int, str]) -> list[tuple[str, torch.Tensor, list[dict[str, Any]]]]:
     """Worker side: the same cases on this rank of a gloo group."""
     return ring_cases(comm, job)
-
-
-@pytest.fixture(scope="module")
-def cluster4():
-    """Four workers grown from two, as the collectives cluster tests start them."""
-    with start_client(2, quiet=True, use_gpu=False) as c:
-        c.resize(4)
-        yield c
 
 
 @pytest.mark.timeout(300)

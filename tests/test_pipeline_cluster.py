@@ -30,14 +30,6 @@ from dsgd_teach.trace import StopRequested
 SMALL = PipelineConfig(depth=6, hidden=16, steps=2, batch_size=20, lr=0.2, device="cpu", timeout_s=20, seed=1)
 
 
-@pytest.fixture(scope="module")
-def cluster4():
-    """Four workers grown from two, as the other four-rank chapters' tests do."""
-    with start_client(2, quiet=True, use_gpu=False) as c:
-        c.resize(4)
-        yield c
-
-
 def _assert_matches_reference(result, config: PipelineConfig) -> None:  # noqa: ANN001
     params, grads, losses = reference_training(config)
     tag = f"{config.schedule} p={config.stages} m={config.microbatches}"
