@@ -181,7 +181,7 @@ def _attempt(job: dict[str, Any], cells: list[dict[str, Any]], tests: dict[str, 
     try:
         with client.setup_kernel(cwd=str(workdir), env=_kernel_env(workdir, job["seed"], warm),
                                  stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                 stderr=subprocess.DEVNULL, pass_fds=(denials.write_fd,)):
+                                 stderr=subprocess.DEVNULL, pass_fds=(denials.write_fd,), cleanup_kc=True):
             denials.close_writer()
             run(0)
             denials.mark()  # the kernel's start-up is over: what it is denied from now on is the student's doing
