@@ -8,8 +8,8 @@ mean (the replicas' spread) and the bytes it sent.
 
 When a replica's worker dies, the others' allreduce fails. Each survivor then gives up with the last average it
 completed (identical on every rank that completed it), and the driver forms a smaller group on the surviving
-workers that resumes from the newest of those averages, the training set re-split among fewer shards (the idea
-of torchrun's elastic training). The trace records it as "worker_lost" and "regroup" events.
+workers that resumes from the newest of those averages, the training set re-split among fewer shards (runtime/
+elastic.py, after torchrun's elastic training). The trace records it as "worker_lost" and "regroup" events.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from ..collectives.algorithms import ALGORITHMS
 from ..models import loss_and_grad
 from ..problem import get_problem
 from ..runtime.comm import Comm
-from ..runtime.group import plan_group, run_in_group
-from ..runtime.live import RankInterrupted, WorkerContext, WorkerLost
+from ..runtime.elastic import run_elastic
+from ..runtime.live import RankInterrupted, WorkerContext
 from ..sampling import batch_indices
 from ..trace import OnUpdate, Result, TraceRecorder
 from .config import LocalSGDConfig
@@ -107,22 +107,10 @@ def run_local_sgd(config: LocalSGDConfig, client: Client, on_update: OnUpdate | 
     t0 = time.perf_counter()
     recorder = TraceRecorder(on_update)
     start = Checkpoint(get_problem(config.problem).init_params.astype(np.float32), 0, 0)
-    workers: list[str] | None = None
-    lost = "drop" if config.on_worker_lost == "regroup" else "raise"
-    while True:
-        spec = plan_group(client, config.workers if workers is None else len(workers), "cpu", config.timeout_s,
-                          workers)
-        params, stopped = run_in_group(client, spec, _local_sgd_rank, [(config, start)] * spec.world, recorder,
-                                       config.run_timeout_s, on_worker_lost=lost)
-        done = [p for p in params if isinstance(p, np.ndarray)]
-        interrupted = [p.state for p in params if isinstance(p, RankInterrupted)]
-        if done or not interrupted:
-            break
-        start = max(interrupted, key=lambda c: c.step)
-        workers = [a for a, p in zip(spec.workers, params, strict=True) if isinstance(p, RankInterrupted)]
-        recorder.record(worker=-1, event="regroup", step=start.step, round=start.round, world=len(workers))
-    if not done and not stopped:
-        raise WorkerLost("every worker of the local-SGD run died")
+    done, stopped = run_elastic(client, config.workers, _local_sgd_rank, (config,), start, recorder,
+                                timeout_s=config.timeout_s, run_timeout_s=config.run_timeout_s,
+                                regroup=config.on_worker_lost == "regroup", what="the local-SGD run",
+                                describe=lambda c: {"step": c.step, "round": c.round})
     trace = recorder.frame()
     averages = trace[trace.event == "average"]
     evals = trace[trace.event == "eval"]

@@ -11,8 +11,7 @@ from collections.abc import Sequence
 import pandas as pd
 from distributed import Client
 
-from ..runtime.cluster import cpu_count, worker_addresses
-from ..runtime.workers import get_workers
+from ..runtime.cluster import cpu_count
 from ..trace import Result
 from .config import CountingConfig, HogwildConfig
 from .run import run_counting, run_hogwild
@@ -111,11 +110,3 @@ def oversubscription(
     ref = df[(df.threads == min(threads)) & (~df.lock)].updates_per_s.max()
     df["speedup"] = df.updates_per_s / ref
     return df
-
-
-def ensure_workers(client: Client, n: int) -> int:
-    """Make sure the cluster has at least n worker processes (growing one the course may scale); the count."""
-    got = get_workers(client, n)
-    if not got.enough:
-        raise ValueError(f"this needs {n} dask worker processes and the cluster has {got.n}; add workers first")
-    return len(worker_addresses(client))

@@ -1,6 +1,6 @@
 """What one stage does on its worker, beneath the schedules' loops: messages, autograd, trace events, the update.
 
-A schedule (naive.py, gpipe.py, one_f_one_b.py) is a loop that calls a Stage's six operations; pipeline_rank runs
+A schedule (naive.py, gpipe.py, one_f_one_b.py) is a loop that calls a Stage's six operations; rank_loop.py runs
 that loop once per step between taking the step's batch and updating. Every action, wait and message becomes a
 trace event with its microbatch id, start and duration, and the number of microbatches whose activations the
 stage holds, so the plots come from measurement.
@@ -14,7 +14,6 @@ work and is never passed off as such: each action's trace event carries `compute
 
 from __future__ import annotations
 
-from collections import deque
 from typing import Any
 
 import torch
@@ -24,15 +23,11 @@ from torch import nn
 from ..runtime.comm import Comm
 from ..runtime.live import WorkerContext
 from ..sampling import batch_indices
-from . import gpipe, naive, one_f_one_b
-from .actions import Action, TrainStep, actions_of
+from .actions import Action
 from .hybrid import Layout, average_replicas, data_parallel_groups
 from .link import StageLink
 from .rank_support import StopVote, ctx_now, device_sync, emulate_device, training_data
-from .stages import boundary_shapes, build_units, flat_grads, flat_params, microbatch_slices, stage_module
-
-TRAIN_STEPS: dict[str, TrainStep] = {"naive": naive.train_step, "gpipe": gpipe.train_step,
-                                     "1f1b": one_f_one_b.train_step, "decoupled": gpipe.train_step}
+from .stages import boundary_shapes, build_units, microbatch_slices, stage_module
 
 
 class Stage:
@@ -185,43 +180,3 @@ class Stage:
         self.vote.close()
         for group in self.dp_groups:
             dist.destroy_process_group(group)
-
-
-def pipeline_rank(ctx: WorkerContext, comm: Comm, config: Any) -> dict[str, Any]:
-    """One stage of one replica: train config.steps steps with config.schedule's loop; returns its parameters."""
-    # 1F1B sends and receives on the same link at once: a receive posted early has gloo's reader hold the link
-    # while this stage's send waits (measured: sends 5x slower), so 1F1B posts each receive only when it asks
-    stage = Stage(ctx, comm, config, ahead=0 if config.schedule == "1f1b" else 4)
-    train_step = TRAIN_STEPS[config.schedule]
-    actions = actions_of(train_step, stage.p, config.microbatches, stage.s)
-    staleness = config.stage_staleness(stage.s)
-    waiting: deque[list[torch.Tensor]] = deque()  # gradients computed but not yet applied (decoupled only)
-    stopped = False
-    for step in range(config.steps):
-        stage.begin_step(step, actions)
-        stage.module.zero_grad(set_to_none=True)
-        train_step(stage, stage.p, config.microbatches, stage.s)
-        stage.finish_sends()
-        grads = stage.sum_over_replicas([q.grad if q.grad is not None else torch.zeros_like(q)
-                                         for q in stage.module.parameters()])
-        applied = _update(stage.module, grads, waiting, staleness, config.lr)
-        stage.report_update(step - staleness, staleness, applied)
-        if stage.agree_to_stop():
-            stopped = True
-            break
-    stage.close()
-    return {"stage": stage.s, "replica": stage.layout.replica, "params": flat_params(stage.module),
-            "grads": flat_grads(stage.module), "peak_held": stage.peak, "stopped": stopped, "staleness": staleness}
-
-
-@torch.no_grad()
-def _update(module: nn.Module, grads: list[torch.Tensor], waiting: deque[list[torch.Tensor]], staleness: int,
-            lr: float) -> bool:
-    """SGD with the gradient computed `staleness` steps ago (0: this step's); False while none is old enough."""
-    params = list(module.parameters())
-    waiting.append(grads)  # fresh tensors each step (zero_grad sets .grad to None), so no copy is needed
-    if len(waiting) <= staleness:
-        return False
-    for p, g in zip(params, waiting.popleft(), strict=True):
-        p.add_(g, alpha=-lr)  # one pass, no temporary the size of the parameter
-    return True

@@ -17,7 +17,7 @@ from ..runtime.group import DEVICES, plan_group, run_in_group
 from ..sampling import batch_indices
 from ..trace import OnUpdate, Result, TraceRecorder
 from .decoupled import decoupled_rank
-from .engine import pipeline_rank
+from .rank_loop import pipeline_rank
 from .rank_support import training_data
 from .schedules import SCHEDULES, ideal_bubble
 from .stages import PIPELINE_MODELS, build_units, stage_bounds

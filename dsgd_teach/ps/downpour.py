@@ -9,7 +9,6 @@ it arrives, whatever else arrived in between. Replicas never wait for each other
 from __future__ import annotations
 
 import time
-from functools import partial
 
 import numpy as np
 from distributed import Client
@@ -17,10 +16,11 @@ from distributed import Client
 from ..models import loss_and_grad
 from ..problem import get_problem
 from ..runtime.live import WorkerContext
+from ..runtime.retries import Stopped
 from ..sampling import batch_indices
 from ..trace import OnUpdate, Result
 from .config import DownpourConfig
-from .replica import Stopped, emit_fetch, emit_push, leave_thread_pool, mean_loss, retrying
+from .replica import ShardCalls, emit_fetch, emit_push, leave_thread_pool, mean_loss
 from .runner import run_ps
 from .server import ShardedServer
 
@@ -30,7 +30,8 @@ def downpour_replica(ctx: WorkerContext, server: ShardedServer, config: Downpour
     leave_thread_pool()
     problem = get_problem(config.problem)
     data = problem.train_shard(ctx.rank, ctx.world)
-    lr, wait_s = np.float32(config.lr), 3 * config.timeout_s
+    shards = ShardCalls(ctx, server, config.timeout_s)  # waits out a shard being restored
+    lr = np.float32(config.lr)
     w, versions = problem.init_params.copy(), [0] * server.n_shards
     accum = np.zeros_like(w)
     losses: list[float] = []
@@ -40,7 +41,7 @@ def downpour_replica(ctx: WorkerContext, server: ShardedServer, config: Downpour
             if ctx.should_stop():
                 break
             if step % config.n_fetch == 0 and not fetched:
-                w, versions = retrying(ctx, server, server.pull, wait_s)
+                w, versions = shards.pull()
                 emit_fetch(ctx, server, step, versions)
             fetched = False
             idx = batch_indices(data.n_samples, config.batch_size, step, config.seed + ctx.rank)
@@ -53,10 +54,10 @@ def downpour_replica(ctx: WorkerContext, server: ShardedServer, config: Downpour
                 key, sent, read = (ctx.rank, step), accum, versions
                 if (step + 1) % config.n_fetch == 0 and step + 1 < config.steps:
                     # the next step fetches anyway: push and fetch in one round trip per shard
-                    receipts, w, versions = retrying(ctx, server, partial(server.push_pull, key, sent, read), wait_s)
+                    receipts, w, versions = shards.push_pull(key, sent, read)
                     fetched = True
                 else:
-                    receipts = retrying(ctx, server, partial(server.push, key, sent, read), wait_s)
+                    receipts = shards.push(key, sent, read)
                 emit_push(ctx, server, step, mean_loss(losses), receipts, time.perf_counter() - t)
                 if fetched:
                     emit_fetch(ctx, server, step + 1, versions)

@@ -1,21 +1,22 @@
-"""Pieces every replica loop shares: calls that survive a shard restore, and trace rows for fetches and pushes."""
+"""What every replica loop shares: its calls to the shards (surviving a shard restore), and their trace rows."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any, TypeVar
 
 import numpy as np
 
 from ..runtime.live import WorkerContext
-from .server import ShardedServer, ShardUnavailable
+from ..runtime.retries import repeat_until, retry
+from .server import START_TIMEOUT_S, ShardedServer, ShardUnavailable
+from .shard import BarrierTimeout
 
 T = TypeVar("T")
 
-
-class Stopped(Exception):
-    """The run's stop flag was raised while a replica waited for a shard."""
+#: How long one barrier wait lasts before the replica re-checks the stop flag (a stop is honoured this fast).
+BARRIER_SLICE_S = 0.25
 
 
 def leave_thread_pool() -> None:
@@ -29,30 +30,51 @@ def leave_thread_pool() -> None:
     quiet_released_shards_in_process()
 
 
-def retrying(ctx: WorkerContext, server: ShardedServer, call: Callable[[], T], wait_s: float) -> T:
-    """call(), retried while a shard is unavailable: the driver may be restoring it on another worker.
+class ShardCalls:
+    """A replica's calls to the sharded server, each waiting out a shard the driver is restoring elsewhere.
 
-    Retrying a push is safe because pushes are idempotent by key. Gives up (re-raising ShardUnavailable) after
-    wait_s seconds, and raises Stopped as soon as the run is asked to stop (e.g. the driver gave up on the shard).
+    Every call is retried (runtime/retries.py) while a shard is unavailable, for at most 3 * timeout_s, and raises
+    Stopped as soon as the run is asked to stop. Retrying a push is safe: pushes are idempotent by key.
     """
-    deadline = time.monotonic() + wait_s
-    reported: set[int] = set()
-    while True:
-        try:
-            return call()
-        except ShardUnavailable as exc:
-            if exc.shard not in reported:
-                reported.add(exc.shard)
-                ctx.emit(event="shard_unavailable", shard=exc.shard, reason=exc.reason[:200])
-            if ctx.should_stop():
-                raise Stopped from exc
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
-            try:
-                server.refresh()
-            except Exception:  # noqa: BLE001 - the directory read is retried with the call
-                pass
+
+    def __init__(self, ctx: WorkerContext, server: ShardedServer, timeout_s: float) -> None:
+        self.ctx, self.server, self.timeout_s, self.wait_s = ctx, server, timeout_s, 3 * timeout_s
+
+    def _retry(self, call: Callable[[], T], wait_s: float | None = None) -> T:
+        def report(exc: Exception) -> None:
+            assert isinstance(exc, ShardUnavailable)
+            self.ctx.emit(event="shard_unavailable", shard=exc.shard, reason=exc.reason[:200])
+
+        return retry(self.ctx, call, ShardUnavailable, self.wait_s if wait_s is None else wait_s,
+                     report=report, refresh=self.server.refresh)
+
+    def pull(self) -> tuple[np.ndarray, list[int]]:
+        """The parameters and each shard's version."""
+        return self._retry(self.server.pull)
+
+    def push(self, key: tuple[int, int], grad: np.ndarray, read: list[int]) -> list[dict[str, Any]]:
+        """Push grad (computed from versions `read`); one receipt per shard."""
+        return self._retry(partial(self.server.push, key, grad, read))
+
+    def push_pull(self, key: tuple[int, int], grad: np.ndarray, read: list[int]
+                  ) -> tuple[list[dict[str, Any]], np.ndarray, list[int]]:
+        """push() and pull() in one round trip per shard: (receipts, parameters, versions)."""
+        return self._retry(partial(self.server.push_pull, key, grad, read))
+
+    def push_sync(self, key: tuple[int, int], grad: np.ndarray, read: list[int], n_expected: int
+                  ) -> list[dict[str, Any]]:
+        """Add grad to the current synchronous round (applied once n_expected replicas pushed)."""
+        return self._retry(partial(self.server.push_sync, key, grad, read, n_expected))
+
+    def barrier_pull(self, step: int) -> tuple[np.ndarray, list[int]]:
+        """Version `step` of every shard, once every replica pushed into round step-1; BarrierTimeout if it does
+        not come in 3 * timeout_s (the first barrier also waits for the slowest replica to start: a fresh worker
+        imports torch). Each try waits one short slice on the shards, so a stop is honoured within that slice.
+        """
+        versions = [step] * self.server.n_shards
+        wait_s = self.timeout_s + (START_TIMEOUT_S if step == 0 else 2 * self.timeout_s)
+        return repeat_until(self.ctx, lambda: self._retry(partial(self.server.pull, versions, BARRIER_SLICE_S)),
+                            BarrierTimeout, wait_s)
 
 
 def emit_fetch(ctx: WorkerContext, server: ShardedServer, step: int, versions: list[int]) -> None:

@@ -42,6 +42,11 @@ class ShardUnavailable(RuntimeError):
         super().__init__(f"parameter shard {shard} on {address} is unavailable: {reason}")
         self.shard, self.address, self.reason = shard, address, reason
 
+    @property
+    def key(self) -> int:
+        """What is unavailable (the shard's index): a retry reports each key once."""
+        return self.shard
+
 
 @dataclass(frozen=True)
 class ShardInfo:

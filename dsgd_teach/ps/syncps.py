@@ -15,31 +15,13 @@ from distributed import Client
 from ..models import loss_and_grad
 from ..problem import get_problem
 from ..runtime.live import WorkerContext
+from ..runtime.retries import Stopped
 from ..sampling import batch_indices
 from ..trace import OnUpdate, Result
 from .config import SyncPSConfig
-from .replica import Stopped, emit_fetch, emit_push, leave_thread_pool, retrying
+from .replica import ShardCalls, emit_fetch, emit_push, leave_thread_pool
 from .runner import run_ps
-from .server import START_TIMEOUT_S, ShardedServer
-from .shard import BarrierTimeout
-
-#: How long one barrier wait lasts before the replica re-checks the stop flag (a stop is honoured this fast).
-BARRIER_SLICE_S = 0.25
-
-
-def barrier_pull(ctx: WorkerContext, server: ShardedServer, step: int, timeout_s: float) -> tuple:
-    """Pull version `step` from every shard, waiting for the others' pushes in slices; BarrierTimeout after timeout_s."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            return retrying(
-                ctx, server, lambda: server.pull([step] * server.n_shards, BARRIER_SLICE_S), 3 * timeout_s
-            )
-        except BarrierTimeout:
-            if ctx.should_stop():
-                raise Stopped from None
-            if time.monotonic() > deadline:
-                raise
+from .server import ShardedServer
 
 
 def sync_replica(ctx: WorkerContext, server: ShardedServer, config: SyncPSConfig) -> dict[str, int]:
@@ -47,22 +29,18 @@ def sync_replica(ctx: WorkerContext, server: ShardedServer, config: SyncPSConfig
     leave_thread_pool()
     problem = get_problem(config.problem)
     data = problem.train_shard(ctx.rank, ctx.world)
+    shards = ShardCalls(ctx, server, config.timeout_s)  # waits out a slow barrier or a shard being restored
     done = 0
     try:
         for step in range(config.steps):
             if ctx.should_stop():
                 break
-            # the first barrier also waits for the slowest replica to start (a fresh worker imports torch)
-            wait_s = config.timeout_s + (START_TIMEOUT_S if step == 0 else 2 * config.timeout_s)
-            w, versions = barrier_pull(ctx, server, step, wait_s)
+            w, versions = shards.barrier_pull(step)  # waits for every replica's push of step-1
             emit_fetch(ctx, server, step, versions)
             idx = batch_indices(data.n_samples, config.batch_size, step, config.seed + ctx.rank)
             loss, grad = loss_and_grad(problem.model, w, data.X[idx], data.y[idx])
             t = time.perf_counter()
-            receipts = retrying(
-                ctx, server, lambda g=grad, v=versions, s=step: server.push_sync((ctx.rank, s), g, v, ctx.world),
-                3 * config.timeout_s,
-            )
+            receipts = shards.push_sync((ctx.rank, step), grad, versions, ctx.world)
             emit_push(ctx, server, step, loss, receipts, time.perf_counter() - t)
             done = step + 1
     except Stopped:

@@ -21,10 +21,10 @@ from distributed import Client
 
 from ..machine import host_of
 from ..trace import TraceRecorder
-from .cluster import visible_gpus, worker_addresses
+from .cluster import visible_gpus
 from .comm import Comm
 from .live import WorkerContext, run_live
-from .workers import get_workers, interleave_hosts, rendezvous_host
+from .workers import ensure_workers, interleave_hosts, rendezvous_host
 
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -66,17 +66,6 @@ def port_is_free(host: str, port: int) -> bool:
     return True
 
 
-def ensure_workers(client: Client, n: int) -> list[str]:
-    """Addresses of n workers that can run ranks at once (rank order alternates hosts); else a clear error."""
-    got = get_workers(client, n)
-    if not got.enough:
-        raise ValueError(
-            f"{n} ranks must run at the same time, one per worker, but the cluster has {got.n} worker(s) "
-            f"and cannot be scaled from here; start it with at least {n} workers"
-        )
-    return interleave_hosts(worker_addresses(client))[:n]
-
-
 def plan_group(client: Client, world: int, device: str = "auto", timeout_s: float = 30.0,
                workers: Sequence[str] | None = None) -> GroupSpec:
     """Choose workers (or take `workers`, one per rank), backend and devices for a world of `world` ranks, and a
@@ -85,7 +74,7 @@ def plan_group(client: Client, world: int, device: str = "auto", timeout_s: floa
         raise ValueError(f"device must be one of {DEVICES}, got {device!r}")
     if workers is not None and len(workers) != world:
         raise ValueError(f"need one worker address per rank ({world}), got {len(workers)}")
-    addresses = list(workers) if workers is not None else ensure_workers(client, world)
+    addresses = list(workers) if workers is not None else interleave_hosts(ensure_workers(client, world))[:world]
     setup_s = max(60.0, timeout_s)  # first tasks import torch on the workers: slow on a busy laptop
     probes = [client.submit(visible_gpus, workers=[a], pure=False) for a in addresses]
     gpus = [f.result(timeout=setup_s) for f in probes]

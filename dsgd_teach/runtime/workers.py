@@ -5,7 +5,8 @@ course started it or the user handed in a cluster object (LocalCluster, dask-job
 dask-kubernetes: anything with `scale`); otherwise it runs with what fits and says, in one line, what more
 workers would show. It never shrinks or kills workers of a deployment the course did not start.
 `require_workers(client, n, what)` is the rule for runs whose n ranks must all run at the same time (long-running
-rank tasks, one per dask worker): it refuses with a message saying how to get them.
+rank tasks, one per dask worker): it refuses with a message saying how to get them. `ensure_workers(client, n)`
+first grows a cluster the course may scale (as get_workers does), then refuses as require_workers does.
 """
 
 from __future__ import annotations
@@ -165,3 +166,14 @@ def require_workers(client: Client, n: int, what: str, instead: str = "") -> lis
             f"time) but the cluster has {len(have)}; call client.resize({n}) first" + (f", or {instead}" if instead else "")
         )
     return have
+
+
+def ensure_workers(client: Client, n: int, what: str = "this run") -> list[str]:
+    """The connected workers once there are n (growing a cluster the course may scale); else a clear ValueError."""
+    got = get_workers(client, n)
+    if not got.enough:
+        raise ValueError(
+            f"{what} needs {n} ranks running at the same time, one per worker, but the cluster has {got.n} "
+            f"worker(s) and cannot be scaled from here; start it with at least {n} workers"
+        )
+    return worker_addresses(client)

@@ -22,11 +22,12 @@ from ..problem import get_problem
 from ..ps.optimizers import DEFAULT_DC_LAMBDA, OPTIMIZERS
 from ..runtime import ActorCalls
 from ..runtime.live import WorkerContext, pick_workers, run_live
+from ..runtime.workers import require_workers
 from ..sampling import batch_indices
 from ..trace import OnUpdate, Result
 from .actors import AsyncServer
 from .ps_adapter import PsAsAsyncServer
-from .settings import ChapterConfig, EvalRecorder, check_cluster, summarize
+from .settings import ChapterConfig, EvalRecorder, summarize
 
 SERVERS = ("gate", "ps")
 
@@ -104,7 +105,7 @@ def _async_worker(ctx: WorkerContext, config: AsyncConfig, server: Any) -> int:
 
 def run_async(config: AsyncConfig, client: Client, on_update: OnUpdate | None = None) -> Result:
     """Run asynchronous SGD on the cluster and return its trace (one "push" event per applied gradient)."""
-    check_cluster(client, config.world)
+    require_workers(client, config.world, "this run", "use fewer workers/backups")
     problem = get_problem(config.problem)
     recorder = EvalRecorder(problem, on_update)
     t_start = time.perf_counter()

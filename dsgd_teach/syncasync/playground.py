@@ -49,7 +49,7 @@ class PlaygroundConfig(SyncConfig):
 def run_playground(config: PlaygroundConfig, client: Client, on_update: OnUpdate | None = None) -> Result:
     """Grow the local cluster to the processes the run needs, then run sync or async SGD."""
     inner = config.resolved()
-    get_workers(client, inner.world)  # grows a cluster the course may scale; else check_cluster says what is short
+    get_workers(client, inner.world)  # grows a cluster the course may scale; else require_workers says what is short
     run = run_sync if isinstance(inner, SyncConfig) else run_async
     return run(inner, client, on_update)
 

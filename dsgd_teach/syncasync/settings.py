@@ -7,12 +7,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from distributed import Client
 
 from ..config import check_choice, check_float, check_int
 from ..machine import MAX_WORKERS
 from ..problem import Problem, TrainingConfig
-from ..runtime.workers import require_workers
 from ..trace import OnUpdate, TraceRecorder
 from .delays import STRAGGLER_MODELS, DelayModel, frozen_script, validate_script
 
@@ -48,11 +46,6 @@ class ChapterConfig(TrainingConfig):
     def delay_model(self) -> DelayModel:
         """The straggler model of this run over all its worker processes."""
         return DelayModel(self.straggler, self.severity, self.seed, self.world, self.delay_script)
-
-
-def check_cluster(client: Client, world: int) -> None:
-    """Refuse clearly when the cluster has fewer workers than ranks that must run at the same time."""
-    require_workers(client, world, "this run", "use fewer workers/backups")
 
 
 class EvalRecorder(TraceRecorder):

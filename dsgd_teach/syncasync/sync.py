@@ -20,11 +20,12 @@ from ..models import loss_and_grad
 from ..problem import get_problem
 from ..runtime import ActorCalls
 from ..runtime.live import WorkerContext, pick_workers, run_live
+from ..runtime.workers import require_workers
 from ..sampling import batch_indices
 from ..trace import OnUpdate, Result
 from .actors import SyncCoordinator
 from .onebit import OneBitCompressor, raw_nbytes
-from .settings import MAX_WORKERS, ChapterConfig, EvalRecorder, check_cluster, summarize
+from .settings import MAX_WORKERS, ChapterConfig, EvalRecorder, summarize
 
 
 @dataclass(frozen=True)
@@ -109,7 +110,7 @@ def _sync_worker(ctx: WorkerContext, config: SyncConfig, coord: Any) -> int:
 
 def run_sync(config: SyncConfig, client: Client, on_update: OnUpdate | None = None) -> Result:
     """Run synchronous SGD (with backups / 1-bit if configured) on the cluster and return its trace."""
-    check_cluster(client, config.world)
+    require_workers(client, config.world, "this run", "use fewer workers/backups")
     problem = get_problem(config.problem)
     recorder = EvalRecorder(problem, on_update)
     t_start = time.perf_counter()
