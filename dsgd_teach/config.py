@@ -41,6 +41,20 @@ def check_float(
         raise ValueError(f"{name} must be a number in {span}, got {value}")
 
 
+#: The largest seed a config accepts (numpy and torch both take it).
+MAX_SEED = 2**31 - 1
+
+
+def check_seed(value: Any, name: str = "seed") -> None:
+    """Raise ValueError unless value is a seed: an int in [0, MAX_SEED]."""
+    check_int(name, value, 0, MAX_SEED)
+
+
+def check_timeout(name: str, value: Any, hi: float = 3600.0) -> None:
+    """Raise ValueError unless value is a number of seconds in (0, hi] (one hour by default)."""
+    check_float(name, value, 0.0, hi, lo_open=True)
+
+
 def check_choice(name: str, value: Any, choices: Iterable[Any]) -> None:
     """Raise ValueError unless value is one of choices."""
     choices = tuple(choices)

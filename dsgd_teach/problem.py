@@ -9,7 +9,7 @@ import numpy as np
 from torch import nn
 
 from . import data as datasets
-from .config import Config, check_choice, check_float, check_int
+from .config import Config, check_choice, check_float, check_int, check_seed
 from .models import MODELS, build_model, default_device, evaluate, get_flat
 
 
@@ -26,7 +26,7 @@ class ProblemSpec:
     def __post_init__(self) -> None:
         check_choice("dataset", self.dataset, datasets.DATASETS)
         check_choice("model", self.model, MODELS)
-        check_int("seed", self.seed, 0, 2**31 - 1)
+        check_seed(self.seed)
         if self.n_samples is not None:
             check_int("n_samples", self.n_samples, 10, 1_000_000)
         check_float("density", self.density, 0.0, 1.0, lo_open=True)
@@ -40,7 +40,7 @@ def check_training_fields(config: object) -> None:
     check_int("batch_size", config.batch_size, 1, 1_000_000)
     check_int("steps", config.steps, 1, 1_000_000)
     check_int("eval_every", config.eval_every, 1, 1_000_000)
-    check_int("seed", config.seed, 0, 2**31 - 1)
+    check_seed(config.seed)
     if config.n_samples is not None:
         check_int("n_samples", config.n_samples, 10, 1_000_000)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..collectives.algorithms import ALGORITHMS
-from ..config import check_choice, check_float, check_int
+from ..config import check_choice, check_float, check_int, check_timeout
 from ..problem import TrainingConfig
 from ..sgd import DataParallelConfig
 from .partitions import PARTITIONS
@@ -29,8 +29,8 @@ class LocalSGDConfig(DataParallelConfig):
         check_int("workers", self.workers, 1, 16)
         check_int("sync_every", self.sync_every, 1, 10_000)
         check_choice("allreduce", self.allreduce, tuple(ALGORITHMS))
-        check_float("timeout_s", self.timeout_s, 0.0, 3600.0, lo_open=True)
-        check_float("run_timeout_s", self.run_timeout_s, 0.0, 86400.0, lo_open=True)
+        check_timeout("timeout_s", self.timeout_s)
+        check_timeout("run_timeout_s", self.run_timeout_s, 86400.0)
         check_choice("on_worker_lost", self.on_worker_lost, ("raise", "regroup"))
 
 
@@ -49,7 +49,7 @@ class EASGDConfig(DataParallelConfig):
         check_int("workers", self.workers, 1, 16)
         check_int("sync_every", self.sync_every, 1, 10_000)
         check_float("alpha", self.alpha, 0.0, 1.0, lo_open=True)
-        check_float("timeout_s", self.timeout_s, 0.0, 3600.0, lo_open=True)
+        check_timeout("timeout_s", self.timeout_s)
 
 
 FED_ALGORITHMS = ("fedavg", "fedsgd")

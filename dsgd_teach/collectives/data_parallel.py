@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from distributed import Client
 
-from ..config import check_choice, check_float, check_int
+from ..config import check_choice, check_int, check_timeout
 from ..models import loss_and_grad
 from ..problem import TrainingConfig, get_problem
 from ..runtime.comm import Comm
@@ -41,8 +41,8 @@ class AllreduceSGDConfig(TrainingConfig):
         check_int("workers", self.workers, 1, 16)
         check_algorithm("allreduce", self.allreduce)
         check_choice("device", self.device, DEVICES)
-        check_float("timeout_s", self.timeout_s, 0.0, 3600.0, lo_open=True)
-        check_float("run_timeout_s", self.run_timeout_s, 0.0, 86400.0, lo_open=True)
+        check_timeout("timeout_s", self.timeout_s)
+        check_timeout("run_timeout_s", self.run_timeout_s, 86400.0)
 
 
 def _sgd_rank(ctx: WorkerContext, comm: Comm, config: AllreduceSGDConfig) -> np.ndarray:

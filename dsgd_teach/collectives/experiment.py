@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 from distributed import Client
 
-from ..config import Config, check_choice, check_float, check_int
+from ..config import Config, check_choice, check_int, check_seed, check_timeout
 from ..runtime.group import DEVICES, GroupSpec, group_hosts, plan_group, run_in_group
 from ..trace import OnUpdate, Result, TraceRecorder
 from .algorithms import ALGORITHMS, HAND_WRITTEN, check_algorithm, resolve
@@ -51,10 +51,10 @@ class AllreduceConfig(Config):
         check_int("elements", self.elements, 0, MAX_ELEMENTS)
         check_int("repeats", self.repeats, 1, 1000)
         check_int("warmup", self.warmup, 0, 100)
-        check_int("seed", self.seed, 0, 2**31 - 1)
+        check_seed(self.seed)
         check_choice("device", self.device, DEVICES)
-        check_float("timeout_s", self.timeout_s, 0.0, 3600.0, lo_open=True)
-        check_float("run_timeout_s", self.run_timeout_s, 0.0, 86400.0, lo_open=True)
+        check_timeout("timeout_s", self.timeout_s)
+        check_timeout("run_timeout_s", self.run_timeout_s, 86400.0)
 
 
 @dataclass(frozen=True)
@@ -84,10 +84,10 @@ class SweepConfig(Config):
         check_int("max_log2_bytes", self.max_log2_bytes, self.min_log2_bytes, 26)
         check_int("repeats", self.repeats, 1, 1000)
         check_int("pingpong_repeats", self.pingpong_repeats, 1, 1000)
-        check_int("seed", self.seed, 0, 2**31 - 1)
+        check_seed(self.seed)
         check_choice("device", self.device, DEVICES)
-        check_float("timeout_s", self.timeout_s, 0.0, 3600.0, lo_open=True)
-        check_float("run_timeout_s", self.run_timeout_s, 0.0, 86400.0, lo_open=True)
+        check_timeout("timeout_s", self.timeout_s)
+        check_timeout("run_timeout_s", self.run_timeout_s, 86400.0)
 
     @property
     def algorithm_list(self) -> tuple[str, ...]:

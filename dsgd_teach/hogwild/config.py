@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..config import Config, check_bool, check_choice, check_float, check_int
+from ..config import Config, check_bool, check_choice, check_float, check_int, check_seed
 from .problem import DEFAULT_FEATURES, MAX_NONZEROS, PROBLEMS, DataSpec
 
 BACKENDS = ("processes", "threads")
@@ -49,7 +49,7 @@ class _SharedFields(Config):
         check_int("workers", self.workers, 1, 64)
         check_choice("backend", self.backend, BACKENDS)
         check_bool("lock", self.lock)
-        check_int("seed", self.seed, 0, 2**31 - 1)
+        check_seed(self.seed)
         check_float("timeout_s", self.timeout_s, 1.0, 86_400.0)
         _check_size(self.data_spec)
 

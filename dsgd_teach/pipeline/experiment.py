@@ -12,7 +12,7 @@ import torch
 from distributed import Client
 from torch import nn
 
-from ..config import Config, check_choice, check_float, check_int
+from ..config import Config, check_choice, check_float, check_int, check_seed, check_timeout
 from ..runtime.group import DEVICES, plan_group, run_in_group
 from ..sampling import batch_indices
 from ..trace import OnUpdate, Result, TraceRecorder
@@ -87,12 +87,12 @@ class PipelineConfig(Config):
         check_int("gradient_delay", self.gradient_delay, 0, 16)
         check_int("steps", self.steps, 1, 1_000_000)
         check_float("lr", self.lr, 0.0, 100.0, lo_open=True)
-        check_int("seed", self.seed, 0, 2**31 - 1)
+        check_seed(self.seed)
         if self.n_samples is not None:
             check_int("n_samples", self.n_samples, 10, 1_000_000)
         check_choice("device", self.device, DEVICES)
-        check_float("timeout_s", self.timeout_s, 0.0, 3600.0, lo_open=True)
-        check_float("run_timeout_s", self.run_timeout_s, 0.0, 86400.0, lo_open=True)
+        check_timeout("timeout_s", self.timeout_s)
+        check_timeout("run_timeout_s", self.run_timeout_s, 86400.0)
 
     @property
     def world(self) -> int:

@@ -22,7 +22,7 @@ import numpy as np
 from distributed import Client, Variable
 from distributed.actor import Actor
 
-from ..config import check_choice, check_float, check_int
+from ..config import check_choice, check_float, check_int, check_timeout
 from ..runtime.cluster import worker_addresses
 from ..runtime.workers import alternate_from_end
 from . import checkpoint as ckpt
@@ -104,7 +104,7 @@ class ShardedServer:
         check_choice("optimizer", optimizer, OPTIMIZERS)
         check_float("lr", lr, 0.0, 100.0, lo_open=True)
         check_int("checkpoint_every", checkpoint_every, 0, 1_000_000)
-        check_float("timeout_s", timeout_s, 0.0, 3600.0, lo_open=True)
+        check_timeout("timeout_s", timeout_s)
         check_float("dc_lambda", dc_lambda, 0.0, 1000.0)
         addresses = worker_addresses(client)
         if not addresses:

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from distributed import Client
 
-from ..config import Config, check_bool, check_choice, check_float, check_int
+from ..config import Config, check_bool, check_choice, check_float, check_int, check_seed, check_timeout
 from ..runtime.comm import Comm
 from ..runtime.group import DEVICES, plan_group, run_in_group
 from ..runtime.live import WorkerContext
@@ -61,14 +61,14 @@ class DDPConfig(Config):
         check_int("depth", self.depth, 1, 64)
         check_int("steps", self.steps, 1, 100_000)
         check_float("lr", self.lr, 0.0, 10.0, lo_open=True)
-        check_int("seed", self.seed, 0, 2**31 - 1)
+        check_seed(self.seed)
         check_bool("compare_torch", self.compare_torch)
         check_bool("compare_back_to_back", self.compare_back_to_back)
         check_float("back_to_back_bucket_mb", self.back_to_back_bucket_mb, -1.0, 1024.0)
         check_int("threads", self.threads, 1, 64)
         check_choice("device", self.device, DEVICES)
-        check_float("timeout_s", self.timeout_s, 0.0, 3600.0, lo_open=True)
-        check_float("run_timeout_s", self.run_timeout_s, 0.0, 86400.0, lo_open=True)
+        check_timeout("timeout_s", self.timeout_s)
+        check_timeout("run_timeout_s", self.run_timeout_s, 86400.0)
 
 
 def _sync(device: torch.device) -> None:

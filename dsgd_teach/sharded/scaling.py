@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from distributed import Client
 
-from ..config import Config, check_float, check_int
+from ..config import Config, check_float, check_int, check_seed
 from ..trace import OnUpdate, Result, TraceRecorder
 from .toy import batch, make_mlp
 
@@ -48,7 +48,7 @@ class ScalingConfig(Config):
         check_float("warmup_fraction", self.warmup_fraction, 0.0, 1.0)
         check_int("width", self.width, 1, 4096)
         check_int("depth", self.depth, 1, 32)
-        check_int("seed", self.seed, 0, 2**31 - 1)
+        check_seed(self.seed)
 
 
 def train(config: ScalingConfig, batch_size: int, warmup: bool) -> list[dict[str, float]]:

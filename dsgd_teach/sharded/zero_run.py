@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from distributed import Client
 
-from ..config import Config, check_choice, check_float, check_int
+from ..config import Config, check_choice, check_float, check_int, check_seed, check_timeout
 from ..runtime.comm import Comm
 from ..runtime.group import DEVICES, plan_group, run_in_group
 from ..runtime.live import WorkerContext
@@ -57,12 +57,12 @@ class ZeroConfig(Config):
         check_int("depth", self.depth, 1, 64)
         check_int("steps", self.steps, 1, 100_000)
         check_float("lr", self.lr, 0.0, 1.0, lo_open=True)
-        check_int("seed", self.seed, 0, 2**31 - 1)
+        check_seed(self.seed)
         check_choice("compare", self.compare, ("none", "adam", "torch"))
         check_int("threads", self.threads, 1, 64)
         check_choice("device", self.device, DEVICES)
-        check_float("timeout_s", self.timeout_s, 0.0, 3600.0, lo_open=True)
-        check_float("run_timeout_s", self.run_timeout_s, 0.0, 86400.0, lo_open=True)
+        check_timeout("timeout_s", self.timeout_s)
+        check_timeout("run_timeout_s", self.run_timeout_s, 86400.0)
 
 
 def _loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ..config import check_choice, check_float, check_int
+from ..config import check_choice, check_float, check_int, check_seed
 from ..machine import MAX_WORKERS
 
 STRAGGLER_MODELS = ("none", "exponential", "lognormal", "slow_worker")
@@ -56,7 +56,7 @@ class DelayModel:
     def __post_init__(self) -> None:
         check_choice("straggler", self.kind, STRAGGLER_MODELS)
         check_float("severity", self.severity, 0.0, 10.0)
-        check_int("seed", self.seed, 0, 2**31 - 1)
+        check_seed(self.seed)
         check_int("world", self.world, 1, MAX_WORKERS)
         if self.script is not None:
             validate_script(self.script, self.world)

@@ -17,7 +17,7 @@ import torch
 from distributed import Client
 
 from ..collectives.algorithms import ALGORITHMS, chunk_offsets
-from ..config import Config, check_choice, check_float, check_int
+from ..config import Config, check_choice, check_int, check_seed, check_timeout
 from ..runtime.comm import Comm
 from ..runtime.group import DEVICES, plan_group, run_in_group
 from ..runtime.live import WorkerContext
@@ -53,10 +53,10 @@ class TensorParallelConfig(Config):
         check_int("d_hidden", self.d_hidden, self.workers, 65_536)
         check_int("d_out", self.d_out, 1, 8192)
         check_choice("allreduce", self.allreduce, tuple(ALGORITHMS))
-        check_int("seed", self.seed, 0, 2**31 - 1)
+        check_seed(self.seed)
         check_choice("device", self.device, DEVICES)
-        check_float("timeout_s", self.timeout_s, 0.0, 3600.0, lo_open=True)
-        check_float("run_timeout_s", self.run_timeout_s, 0.0, 86400.0, lo_open=True)
+        check_timeout("timeout_s", self.timeout_s)
+        check_timeout("run_timeout_s", self.run_timeout_s, 86400.0)
 
 
 def block_tensors(config: TensorParallelConfig) -> dict[str, np.ndarray]:

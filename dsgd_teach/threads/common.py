@@ -7,7 +7,7 @@ from typing import Any
 import pandas as pd
 from distributed import Client
 
-from ..config import check_float, check_int
+from ..config import check_float, check_int, check_seed
 from ..trace import OnUpdate, TraceRecorder
 from .fresh import run_fresh
 
@@ -27,7 +27,7 @@ def check_common(config: Any) -> None:
     """Validate the fields every thread experiment has: repeats, warmup, seed, timeout_s."""
     check_int("repeats", config.repeats, 1, 100)
     check_int("warmup", config.warmup, 0, 20)
-    check_int("seed", config.seed, 0, 2**31 - 1)
+    check_seed(config.seed)
     check_float("timeout_s", config.timeout_s, 5.0, 600.0)
 
 
