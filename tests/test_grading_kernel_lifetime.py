@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import psutil
 
 from dsgd_teach.grading import denials, worker
@@ -12,9 +14,12 @@ def test_the_kernel_is_gone_before_the_denials_are_read(monkeypatch) -> None:
     read = denials.Denials.flags
 
     def flags(self: denials.Denials) -> list[str]:
-        kids = psutil.Process().children(recursive=True)
-        alive_at_read.append([" ".join(p.cmdline()[:3]) for p in kids if p.is_running()
-                              and p.status() != psutil.STATUS_ZOMBIE])
+        kernels = []
+        for proc in psutil.Process().children(recursive=True):  # this process may have other children (clusters)
+            with contextlib.suppress(psutil.Error):
+                if proc.status() != psutil.STATUS_ZOMBIE and "dsgd_teach.grading.kernel" in " ".join(proc.cmdline()):
+                    kernels.append(proc.pid)
+        alive_at_read.append(kernels)
         return read(self)
 
     monkeypatch.setattr(denials.Denials, "flags", flags)
