@@ -40,13 +40,13 @@ class ShardCalls:
     def __init__(self, ctx: WorkerContext, server: ShardedServer, timeout_s: float) -> None:
         self.ctx, self.server, self.timeout_s, self.wait_s = ctx, server, timeout_s, 3 * timeout_s
 
-    def _retry(self, call: Callable[[], T], wait_s: float | None = None) -> T:
-        def report(exc: Exception) -> None:
-            assert isinstance(exc, ShardUnavailable)
-            self.ctx.emit(event="shard_unavailable", shard=exc.shard, reason=exc.reason[:200])
+    def _retry(self, call: Callable[[], T]) -> T:
+        return retry(self.ctx, call, ShardUnavailable, self.wait_s, report=self._report, refresh=self.server.refresh)
 
-        return retry(self.ctx, call, ShardUnavailable, self.wait_s if wait_s is None else wait_s,
-                     report=report, refresh=self.server.refresh)
+    def _report(self, exc: Exception) -> None:
+        """A trace row the first time a call finds a shard unavailable."""
+        if isinstance(exc, ShardUnavailable):
+            self.ctx.emit(event="shard_unavailable", shard=exc.shard, reason=exc.reason[:200])
 
     def pull(self) -> tuple[np.ndarray, list[int]]:
         """The parameters and each shard's version."""
