@@ -1,7 +1,7 @@
 """How long a simulated worker computes: a base compute time with optional jitter, plus chapter 04's stragglers.
 
-Up to 64 workers the injected delays are chapter 04's own DelayModel (same seed, rank and step give the same delay
-as on the real cluster), so a simulated run and a real one see identical stragglers. Beyond that one generator
+Up to MAX_WORKERS (64) workers the injected delays are chapter 04's own DelayModel (same seed, rank and step give
+the same delay as on the real cluster), so a simulated run and a real one see identical stragglers. Beyond that one generator
 per step draws every rank's delay at once from the same distributions (DelayModel's per-(rank, step) generator
 would cost more than the rest of the simulation); the slow worker is always the last rank.
 """
@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..machine import MAX_WORKERS
 from ..syncasync.delays import (
     LOGNORMAL_SIGMA,
     STRAGGLER_MODELS,
@@ -25,7 +26,7 @@ from ..syncasync.delays import (
 
 __all__ = ["STRAGGLER_MODELS", "SimDelays", "as_script", "frozen_script", "validate_script"]
 
-EXACT_WORLD = 64  # up to this many workers, delays are DelayModel's draws exactly
+EXACT_WORLD = MAX_WORKERS  # up to this many workers (the most DelayModel takes), delays are its draws exactly
 _CACHE_STEPS = 4096
 
 
