@@ -15,15 +15,15 @@ import time
 from collections.abc import Iterable
 from typing import Any, Protocol
 
+from .retries import StopFlag
+
 PENDING = "pending"
 
 
-class StopSignal(Protocol):
+class StopSignal(StopFlag, Protocol):
     """What ActorCalls needs from a rank's context: its rank and whether the run was asked to stop."""
 
     rank: int
-
-    def should_stop(self) -> bool: ...
 
 
 def pack(*fields: Any) -> bytes:

@@ -21,13 +21,13 @@ class Stopped(Exception):
     """The run's stop flag was raised while a rank waited for a resource."""
 
 
-class StopSignal(Protocol):
-    """What a retry needs from the rank's context: whether the run was asked to stop."""
+class StopFlag(Protocol):
+    """What a waiting call needs from the rank's context: whether the run was asked to stop."""
 
     def should_stop(self) -> bool: ...
 
 
-def retry(ctx: StopSignal, call: Callable[[], T], unavailable: type[Exception], wait_s: float, *,
+def retry(ctx: StopFlag, call: Callable[[], T], unavailable: type[Exception], wait_s: float, *,
           report: Callable[[Exception], None] = lambda exc: None,
           refresh: Callable[[], None] = lambda: None) -> T:
     """call(), repeated while it raises `unavailable`; re-raises that after wait_s seconds, Stopped on a stop.
@@ -56,7 +56,7 @@ def retry(ctx: StopSignal, call: Callable[[], T], unavailable: type[Exception], 
                 pass
 
 
-def repeat_until(ctx: StopSignal, call: Callable[[], T], not_yet: type[Exception], wait_s: float) -> T:
+def repeat_until(ctx: StopFlag, call: Callable[[], T], not_yet: type[Exception], wait_s: float) -> T:
     """call(), repeated while it raises `not_yet` (each try waits one short slice itself); Stopped on a stop, and
     `not_yet` re-raised after wait_s seconds."""
     deadline = time.monotonic() + wait_s
