@@ -10,8 +10,8 @@ import tomllib
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-CONDA_NAMES = {"torch": "pytorch"}
-BINDER_NAMES = {"torch": "pytorch-cpu"}
+CONDA_NAMES = {"torch": "pytorch", "msgpack": "msgpack-python"}  # conda-forge spells these apart
+BINDER_NAMES = {"torch": "pytorch-cpu", "msgpack": "msgpack-python"}
 
 
 def _split(requirement: str) -> tuple[str, str]:

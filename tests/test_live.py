@@ -86,3 +86,96 @@ def test_dead_worker_can_be_survived(fresh_client):
     assert results[0] == 400 and results[1] is None
     assert "worker_lost" in set(recorder.frame().event)
     assert not [t for t in threading.enumerate() if t.name.startswith("dsgd")]
+
+
+class _FakeWorker:
+    """Stands in for the dask worker under a rank: its event log and its (slow) line to the scheduler."""
+
+    def __init__(self) -> None:
+        import asyncio
+
+        self.logged: list[tuple[str, dict]] = []
+        self.loop_obj = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop_obj.run_forever, daemon=True)
+        self.thread.start()
+        self.reply = asyncio.Event()
+        self.asked = 0
+        self.loop = type("Loop", (), {"asyncio_loop": self.loop_obj})()
+        self.scheduler = self
+
+    async def event_is_set(self, name: str) -> bool:
+        self.asked += 1
+        await self.reply.wait()  # the scheduler answers only when the test says so
+        return True
+
+    def log_event(self, topic: str, msg: dict) -> None:
+        self.logged.append((topic, msg))
+
+    def close(self) -> None:
+        self.loop_obj.call_soon_threadsafe(self.loop_obj.stop)
+        self.thread.join(timeout=5)
+        self.loop_obj.close()
+
+
+def test_should_stop_never_waits_for_the_scheduler(monkeypatch):
+    from dsgd_teach.runtime import live
+
+    fake = _FakeWorker()
+    monkeypatch.setattr(live, "get_worker", lambda: fake)
+    ctx = live.WorkerContext("topic", "stop", 0, 1, time.time(), check_every_s=0.0)
+    try:
+        deadline = time.monotonic() + 10
+        while fake.asked == 0:  # the question reaches the (fake) scheduler on the worker's event loop
+            assert ctx.should_stop() is False and time.monotonic() < deadline
+            time.sleep(0.01)
+        for _ in range(50):  # the scheduler has not answered: every call returns at once, one question in flight
+            assert ctx.should_stop() is False
+        assert fake.asked == 1
+        fake.loop_obj.call_soon_threadsafe(fake.reply.set)
+        deadline = time.monotonic() + 10
+        while not ctx.should_stop():  # the answer is picked up by a later call
+            assert time.monotonic() < deadline, "the scheduler's answer was never read"
+            time.sleep(0.01)
+        assert ctx.should_stop() is True
+    finally:
+        fake.close()
+
+
+def test_events_travel_packed_and_arrive_as_plain_values(monkeypatch):
+    import numpy as np
+    import torch
+
+    from dsgd_teach.runtime import live
+
+    fake = _FakeWorker()
+    monkeypatch.setattr(live, "get_worker", lambda: fake)
+    try:
+        ctx = live.WorkerContext("topic", "stop", 3, 4, time.time(), flush_every_s=1e9)
+        ctx.emit(step=np.int64(2), event="tick", loss=np.float32(0.5), grad_norm=torch.tensor(2.0), ranks=(1, 2))
+        ctx.emit(step=3, event="tock", worker=1)
+        ctx.flush(last=True)
+        [(topic, msg)] = fake.logged
+        assert topic == "topic" and isinstance(msg["packed"], bytes) and msg["last"] == 3
+        stream = live.EventStream(client=None, topic="topic")
+        stream._handler((0.0, msg))
+        first, second = stream.drain()
+        assert (first["worker"], first["step"], first["loss"], first["grad_norm"], first["ranks"]) == (3, 2, 0.5, 2.0, [1, 2])
+        assert (second["worker"], second["event"]) == (1, "tock") and stream.finished == {3}
+        ctx.emit(step=4, bad=object())
+        with pytest.raises(TypeError, match="trace event value must be a number"):
+            ctx.flush()
+    finally:
+        fake.close()
+
+
+def test_a_batch_recorded_unwatched_equals_one_recorded_event_by_event():
+    events = [{"worker": 0, "step": 1, "event": "tick", "time": 0.5, "extra": 2.0},
+              {"worker": 1, "event": "update", "loss": 0.25}, {"step": 3, "time": 0.25}]
+    seen: list[dict] = []
+    fast, slow = TraceRecorder(t0=100.0), TraceRecorder(on_update=seen.append, t0=100.0)
+    fast.extend([dict(e) for e in events])
+    slow.extend([dict(e) for e in events])
+    a, b = fast.frame(), slow.frame()
+    assert len(seen) == 3 and list(a.columns) == list(b.columns)
+    a_no_time, b_no_time = a.drop(columns="time"), b.drop(columns="time")  # events without a time get "now"
+    assert a_no_time.equals(b_no_time) and list(a.time[:2]) == list(b.time[:2]) == [0.25, 0.5]

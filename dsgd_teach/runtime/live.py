@@ -7,6 +7,8 @@ they arrive (calling on_update), turns StopRequested into the stop flag, and not
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import queue
 import time
 import uuid
@@ -14,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgpack
 from distributed import Client, Event, Future, get_worker
 
 from ..memory import check_workers_memory, memory_error, paused_workers, scheduler_workers
@@ -55,6 +58,7 @@ class WorkerContext:
     flush_every_s: float = 0.1
     _last_check: float = field(default=0.0, repr=False)
     _stopped: bool = field(default=False, repr=False)
+    _asking: concurrent.futures.Future[bool] | None = field(default=None, repr=False)
     _pending: list[dict[str, Any]] = field(default_factory=list, repr=False)
     _last_flush: float = field(default=0.0, repr=False)
 
@@ -76,17 +80,36 @@ class WorkerContext:
         self._last_flush = time.monotonic()
         if self._pending or last:
             batch, self._pending = self._pending, []
-            get_worker().log_event(self.topic, {"batch": batch, "last": self.rank if last else None})
+            packed = msgpack.packb(batch, default=_plain)  # one bytes blob: dask moves it without walking it
+            get_worker().log_event(self.topic, {"packed": packed, "last": self.rank if last else None})
 
     def should_stop(self) -> bool:
-        """True once the driver asked the run to stop (checked at most every check_every_s seconds)."""
+        """True once the driver asked the run to stop; never waits.
+
+        At most every check_every_s seconds it asks the scheduler in the background (on the worker's event loop)
+        and answers from the last reply, so a rank's step is never held up by a round trip to the scheduler.
+        """
         if self._stopped:
             return True
+        if self._asking is not None and self._asking.done():
+            asked, self._asking = self._asking, None
+            self._stopped = bool(asked.result())  # a lost scheduler raises here, loudly
         now = time.monotonic()
-        if now - self._last_check >= self.check_every_s:
+        if self._asking is None and not self._stopped and now - self._last_check >= self.check_every_s:
             self._last_check = now
-            self._stopped = Event(self.stop_name).is_set()
+            worker = get_worker()
+            self._asking = asyncio.run_coroutine_threadsafe(
+                worker.scheduler.event_is_set(name=self.stop_name), worker.loop.asyncio_loop)
         return self._stopped
+
+
+def _plain(value: Any) -> Any:
+    """A numpy or torch value in an event (scalar or array), as the Python number or list msgpack can pack."""
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if isinstance(value, (tuple, set, frozenset)):
+        return list(value)
+    raise TypeError(f"a trace event value must be a number, string, list or dict, not {type(value).__name__}")
 
 
 def _run_rank(fn: Callable[..., Any], ctx: WorkerContext, *args: Any) -> Any:
@@ -102,14 +125,14 @@ class EventStream:
 
     def __init__(self, client: Client, topic: str) -> None:
         self.client, self.topic = client, topic
-        self.queue: queue.Queue[dict[str, Any]] = queue.Queue()
+        self.queue: queue.Queue[list[dict[str, Any]]] = queue.Queue()
         self.finished: set[int] = set()  # ranks whose last batch has arrived
 
     def _handler(self, item: tuple[float, Any]) -> None:
-        for sent in item[1]["batch"]:
-            event = dict(sent)
+        batch = msgpack.unpackb(item[1]["packed"], raw=False, strict_map_key=False)
+        for event in batch:
             event["worker"] = event.pop("rank", -1)
-            self.queue.put(event)
+        self.queue.put(batch)  # one put per batch: a run sends tens of thousands of events
         if item[1].get("last") is not None:
             self.finished.add(item[1]["last"])
 
@@ -129,10 +152,10 @@ class EventStream:
 
     def drain(self) -> list[dict[str, Any]]:
         """All events received so far."""
-        out = []
+        out: list[dict[str, Any]] = []
         while True:
             try:
-                out.append(self.queue.get_nowait())
+                out.extend(self.queue.get_nowait())
             except queue.Empty:
                 return out
 
