@@ -18,7 +18,7 @@ from dsgd_teach.ps import (
     run_sync_ps,
     shard_bounds,
 )
-from dsgd_teach.ps.runner import check_cluster
+from dsgd_teach.ps.runner import check_replicas_and_shards
 from dsgd_teach.sgd import batch_indices, sgd_steps
 from dsgd_teach.trace import StopRequested
 
@@ -157,8 +157,8 @@ def test_configs_the_cluster_cannot_run(ps_client):
     with pytest.raises(ValueError, match="resize"):
         run_downpour(DownpourConfig(replicas=3, steps=5), ps_client)
     with pytest.raises(ValueError, match="shards must be at most"):
-        check_cluster(DownpourConfig(replicas=1, shards=16), ps_client, n_params=10)
-    check_cluster(DownpourConfig(replicas=2, shards=10), ps_client, n_params=10)
+        check_replicas_and_shards(DownpourConfig(replicas=1, shards=16), ps_client, n_params=10)
+    check_replicas_and_shards(DownpourConfig(replicas=2, shards=10), ps_client, n_params=10)
 
 
 @pytest.mark.parametrize("shards", [1, 3])

@@ -26,7 +26,7 @@ from .tasks import block_arrays, process_task, threads_task
 AnyConfig = HogwildConfig | CountingConfig
 
 
-def check_cluster(config: AnyConfig, client: Client) -> None:
+def check_platform_and_workers(config: AnyConfig, client: Client) -> None:
     """Refuse runs whose ranks could not all run at once (a dask worker runs one task at a time)."""
     if config.lock and not HAVE_MUTEX:
         raise RuntimeError("lock=True needs POSIX pthread mutexes, which this platform lacks")
@@ -43,7 +43,7 @@ def _run_ranks(config: AnyConfig, client: Client, recorder: TraceRecorder) -> tu
     them (or says no host has enough). The driver creates the block, so that host must be the driver's too;
     the threads backend runs on a single worker and shares the block with it.
     """
-    check_cluster(config, client)
+    check_platform_and_workers(config, client)
     addresses = one_host_workers(client, config.workers if config.backend == "processes" else 1)
     hosts = ",".join(sorted({host_of(a) for a in addresses}))  # the one host whose /dev/shm the ranks share
     n_features = config.data_spec.n_features

@@ -19,7 +19,7 @@ from .monitor import ServerWatch, quiet_released_shards
 from .server import ShardedServer
 
 
-def check_cluster(config: PSConfig, client: Client, n_params: int) -> None:
+def check_replicas_and_shards(config: PSConfig, client: Client, n_params: int) -> None:
     """Refuse configs the cluster or the model cannot run: replicas must run at once, shards need coordinates."""
     require_workers(client, config.replicas, f"replicas={config.replicas}", "use fewer replicas")
     if config.shards > n_params:
@@ -36,7 +36,7 @@ def run_ps(
     checkpoint_every > 0, else the run stops with ShardUnavailable naming the shard.
     """
     problem = get_problem(config.problem)
-    check_cluster(config, client, problem.init_params.size)
+    check_replicas_and_shards(config, client, problem.init_params.size)
     with quiet_released_shards():
         return _run_ps(config, client, on_update, replica, problem, asynchronous)
 
