@@ -38,15 +38,12 @@ class Stage:
         self.layout = Layout(config.stages, config.replicas, comm.rank)
         self.p, self.s, self.dev = config.stages, self.layout.stage, comm.device
         self.first, self.last = self.s == 0, self.s == self.p - 1
-        self.dp_groups = data_parallel_groups(self.layout)
+        self.dp_groups = data_parallel_groups(self.layout, config.timeout_s)
         self.X_all, self.y_all = training_data(config)
         units = build_units(config.model, self.X_all.shape[1], 10, config.depth, config.hidden, config.seed)
         self.module: nn.Module = stage_module(units, self.p, self.s).to(self.dev)
         self.shapes = boundary_shapes(units, self.p, self.X_all.shape[1])
-        # gradients get a lane (process group, connection) of their own; see link.py
-        self.gradient_lane = dist.new_group() if self.p > 1 else None
-        self.link = StageLink(self.s, self.dev, config.timeout_s, ahead=ahead,
-                              lanes={"activation": None, "gradient": self.gradient_lane})
+        self.link = StageLink(self.s, self.dev, config.timeout_s, ahead=ahead)
         self.vote = StopVote(comm, config.timeout_s)
         self.prev = self.layout.peer(self.s - 1) if not self.first else -1
         self.nxt = self.layout.peer(self.s + 1) if not self.last else -1
@@ -73,24 +70,24 @@ class Stage:
     def _rows(self, k: int) -> int:
         return self.slices[k].stop - self.slices[k].start
 
-    def _receives(self, actions: list[Action]) -> list[tuple[tuple[int, ...], int, str, str]]:
+    def _receives(self, actions: list[Action]) -> list[tuple[tuple[int, ...], int, str]]:
         """What this stage will receive, in the order of its actions: activations from prev, gradients from nxt."""
         out = []
         for kind, k in actions:
             if kind == "F" and not self.first:
-                out.append(((self._rows(k), *self.shapes[self.s]), self.prev, "activation", f"activation of microbatch {k}"))
+                out.append(((self._rows(k), *self.shapes[self.s]), self.prev, f"activation of microbatch {k}"))
             elif kind == "B" and not self.last:
-                out.append(((self._rows(k), *self.shapes[self.s + 1]), self.nxt, "gradient", f"gradient of microbatch {k}"))
+                out.append(((self._rows(k), *self.shapes[self.s + 1]), self.nxt, f"gradient of microbatch {k}"))
         return out
 
     def _recv(self, shape: tuple[int, ...], src: int, k: int, what: str) -> torch.Tensor:
-        x, wait = self.link.recv(shape, src, what, f"{what} of microbatch {k}")
+        x, wait = self.link.recv(shape, src, f"{what} of microbatch {k}")
         self.ctx.emit(step=self.step, event="idle", microbatch=k, duration=wait, t_start=ctx_now(self.ctx) - wait)
         self.ctx.emit(step=self.step, event="recv", microbatch=k, peer=src, bytes_received=x.numel() * 4)
         return x
 
     def _send(self, tensor: torch.Tensor, dst: int, k: int, what: str, due: int) -> None:
-        sent = self.link.send(tensor, dst, what, f"{what} of microbatch {k}", due=due)
+        sent = self.link.send(tensor, dst, f"{what} of microbatch {k}", due=due)
         self.ctx.emit(step=self.step, event="send", microbatch=k, peer=dst, bytes_sent=sent)
 
     def receive_activation(self, k: int) -> torch.Tensor:
@@ -175,12 +172,11 @@ class Stage:
         """After an early stop, receive the gradients the next stage already sent for these steps' backwards."""
         for step in steps if not self.last else ():
             for batch, k in sorted((key for key in self.held if key[0] == step - lag), reverse=True):
-                self.link.recv(tuple(self.held[batch, k][1].shape), self.nxt, "gradient", f"gradient of microbatch {k}")
+                self.link.recv(tuple(self.held[batch, k][1].shape), self.nxt, f"gradient of microbatch {k}")
 
     def close(self) -> None:
         """Deliver the sends still in flight, collect the last vote, leave the replicas' sub-groups."""
         self.link.finish()
         self.vote.close()
-        for group in [*self.dp_groups, self.gradient_lane]:
-            if group is not None:
-                dist.destroy_process_group(group)
+        for group in self.dp_groups:
+            dist.destroy_process_group(group)

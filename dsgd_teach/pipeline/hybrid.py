@@ -8,6 +8,7 @@ compute exactly the gradient of the whole batch.
 
 from __future__ import annotations
 
+import datetime
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,11 +45,16 @@ class Layout:
         return np.array_split(idx, self.replicas)[self.replica]
 
 
-def data_parallel_groups(layout: Layout) -> list[Any]:
-    """One sub-group per stage holding that stage's ranks of every replica (every rank must call this)."""
+def data_parallel_groups(layout: Layout, timeout_s: float) -> list[Any]:
+    """One sub-group per stage holding that stage's ranks of every replica (every rank must call this).
+
+    Each gets the run's timeout: a sub-group left with a wait posted to a stalled peer is then torn down within it.
+    """
     if layout.replicas == 1:
         return []
-    return [dist.new_group([r * layout.stages + s for r in range(layout.replicas)]) for s in range(layout.stages)]
+    timeout = datetime.timedelta(seconds=timeout_s)
+    return [dist.new_group([r * layout.stages + s for r in range(layout.replicas)], timeout=timeout)
+            for s in range(layout.stages)]
 
 
 def average_replicas(comm: Comm, module: nn.Module, group: Any, extra: float, timeout_s: float) -> tuple[float, int]:

@@ -5,10 +5,6 @@ each other at the same moment (1F1B's steady state) never deadlock; a receive wa
 then fails loudly, naming the stage, the peer and the microbatch. A stage knows from its schedule which messages
 it will receive, so it posts the next `ahead` receives early: the data then moves while the stage computes,
 instead of after it asks (as pipeline engines pre-post their receives).
-
-Activations and gradients travel in two lanes, each a process group with a connection of its own: over one
-connection, gloo's reader holds the link while an early-posted gradient arrives, and the activation being sent
-the other way waits for it (1F1B's steady state sends and receives at once; measured, sends 5x slower).
 """
 
 from __future__ import annotations
@@ -32,34 +28,32 @@ class StageLink:
     device: torch.device
     timeout_s: float
     ahead: int = 2
-    lanes: dict[str, Any] = field(default_factory=lambda: {"activation": None, "gradient": None})  # None: default
     _in_flight: list[tuple[Any, torch.Tensor, str, int]] = field(default_factory=list)
-    _planned: deque[tuple[tuple[int, ...], int, str, str]] = field(default_factory=deque)
+    _planned: deque[tuple[tuple[int, ...], int, str]] = field(default_factory=deque)
     _posted: deque[tuple[Any, torch.Tensor, int, str]] = field(default_factory=deque)
 
     def _wait(self, work: Any, what: str) -> None:
         wait_for(work, self.timeout_s, f"stage {self.stage}: {what}", "is a neighbouring stage dead?")
 
-    def send(self, tensor: torch.Tensor, dst: int, lane: str, what: str, due: int = 0) -> int:
-        """Post tensor to stage dst in `lane`; its size in bytes (the wait happens in a finish() at step >= due)."""
+    def send(self, tensor: torch.Tensor, dst: int, what: str, due: int = 0) -> int:
+        """Post tensor to stage dst and return its size in bytes (the wait happens in a finish() at step >= due)."""
         tensor = tensor.detach().contiguous()
-        work = dist.isend(tensor, dst, group=self.lanes[lane])
-        self._in_flight.append((work, tensor, f"send of {what} to stage {dst}", due))
+        self._in_flight.append((dist.isend(tensor, dst), tensor, f"send of {what} to stage {dst}", due))
         return tensor.numel() * tensor.element_size()
 
-    def plan(self, receives: list[tuple[tuple[int, ...], int, str, str]]) -> None:
-        """The (shape, src, lane, what) this step will receive, in order; the first `ahead` are posted now."""
+    def plan(self, receives: list[tuple[tuple[int, ...], int, str]]) -> None:
+        """The (shape, src, what) this step will receive, in order; the first `ahead` are posted now."""
         self._planned = deque(receives)
         self._top_up()
 
     def _top_up(self) -> None:
         while self._planned and len(self._posted) < self.ahead:
-            shape, src, lane, what = self._planned.popleft()
+            shape, src, what = self._planned.popleft()
             buf = torch.empty(shape, dtype=torch.float32, device=self.device)
-            self._posted.append((dist.irecv(buf, src, group=self.lanes[lane]), buf, src, what))
+            self._posted.append((dist.irecv(buf, src), buf, src, what))
 
-    def recv(self, shape: tuple[int, ...], src: int, lane: str, what: str) -> tuple[torch.Tensor, float]:
-        """Receive a float32 tensor of `shape` from stage src in `lane`; (tensor, seconds spent waiting)."""
+    def recv(self, shape: tuple[int, ...], src: int, what: str) -> tuple[torch.Tensor, float]:
+        """Receive a float32 tensor of `shape` from stage src; (tensor, seconds spent waiting)."""
         if self._posted:  # the schedule's next receive, posted early
             work, buf, planned_src, planned_what = self._posted.popleft()
             if (planned_src, planned_what, tuple(buf.shape)) != (src, what, tuple(shape)):
@@ -67,7 +61,7 @@ class StageLink:
                                    f"asked for {what} from stage {src}")
         else:
             buf = torch.empty(shape, dtype=torch.float32, device=self.device)
-            work = dist.irecv(buf, src, group=self.lanes[lane])
+            work = dist.irecv(buf, src)
         t = time.perf_counter()
         self._wait(work, f"receive of {what} from stage {src}")
         if self.device.type == "cuda":
