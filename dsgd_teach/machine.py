@@ -7,6 +7,7 @@ worker_settings.py (what every worker process sets up) all build on it and never
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from urllib.parse import urlparse
 
 from distributed import Client
@@ -29,6 +30,14 @@ def cpu_count() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux
         return os.cpu_count() or 1
+
+
+def machine_id() -> str:
+    """This machine's identity: the kernel's boot id, shared by every process and network namespace on it."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return os.uname().nodename
 
 
 def check_n_workers(name: str, value: object) -> int:

@@ -235,3 +235,21 @@ def test_panel_runs_a_pipeline_and_draws_its_timeline(cluster4: Client) -> None:
     assert panel.error is None, panel.error
     assert result.config.stages == 3 and result.config.schedule == "1f1b"
     assert len(panel.figure.axes) == 2 and len(panel.figure.axes[0].collections) > 0  # the timeline was drawn
+
+
+@pytest.mark.timeout(120)
+def test_a_stop_ends_every_stage_after_the_same_step_soon_after_it_was_asked(cluster4: Client) -> None:
+    """The stages vote on stopping only every few steps (about every VOTE_EVERY_S), yet all stop together."""
+    asked: list[int] = []
+
+    def stop_after_tenth_update(event: dict) -> None:
+        if event["event"] == "update" and event["step"] >= 10:
+            asked.append(event["step"])
+            raise StopRequested
+
+    config = SMALL.replace(stages=3, microbatches=2, steps=100_000, schedule="1f1b")
+    stopped = run_pipeline(config, cluster4, on_update=stop_after_tenth_update)
+    assert stopped.stopped and asked
+    last = stopped.trace[stopped.trace.event == "forward"].groupby("worker").step.max()
+    assert last.nunique() == 1, last.to_dict()  # every stage stopped after the same step
+    assert last.iloc[0] < 100_000 - 1

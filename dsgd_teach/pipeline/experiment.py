@@ -12,7 +12,7 @@ import torch
 from distributed import Client
 from torch import nn
 
-from ..config import Config, check_choice, check_float, check_int, check_seed, check_timeout
+from ..config import Config, check_bool, check_choice, check_float, check_int, check_seed, check_timeout
 from ..runtime.group import DEVICES, plan_group, run_in_group
 from ..sampling import batch_indices
 from ..trace import OnUpdate, Result, TraceRecorder
@@ -49,6 +49,9 @@ class PipelineConfig(Config):
     stage computes for real, then sleeps the rest (engine.emulate_device). The trace labels the sleep `injected_s`.
     This shows the pipeline's schedule on a machine with fewer cores than stages, where real computation would
     make the stages take turns on the cores instead of overlapping.
+
+    pin_stages runs each CPU stage on a core of its own (the i-th stage on a machine on its i-th core), as each
+    stage of a real pipeline has a device of its own (runtime/group.py says what it saves).
     """
 
     model: str = "mlp"
@@ -69,6 +72,7 @@ class PipelineConfig(Config):
     run_timeout_s: float = 600.0
     emulated_forward_s: float = 0.0
     emulated_backward_s: float | None = None
+    pin_stages: bool = True
 
     def validate(self) -> None:
         check_choice("model", self.model, PIPELINE_MODELS)
@@ -93,6 +97,7 @@ class PipelineConfig(Config):
         check_choice("device", self.device, DEVICES)
         check_timeout("timeout_s", self.timeout_s)
         check_timeout("run_timeout_s", self.run_timeout_s, 86400.0)
+        check_bool("pin_stages", self.pin_stages)
 
     @property
     def world(self) -> int:
@@ -205,7 +210,7 @@ def run_pipeline(config: PipelineConfig, client: Client, on_update: OnUpdate | N
     world = config.stages * config.replicas
     # joining the group may take the ranks longer than one message on a busy machine (one rank's task starts
     # late): it gets JOIN_TIMEOUT_S at least, while every wait of the training itself keeps config.timeout_s
-    spec = plan_group(client, world, config.device, max(config.timeout_s, JOIN_TIMEOUT_S))
+    spec = plan_group(client, world, config.device, max(config.timeout_s, JOIN_TIMEOUT_S), pin_cores=config.pin_stages)
     rank_fn = decoupled_rank if config.schedule == "decoupled" and config.gradient_delay > 0 else pipeline_rank
     outs, stopped = run_in_group(client, spec, rank_fn, [(config,)] * world, recorder, config.run_timeout_s)
     trace = recorder.frame()
@@ -225,6 +230,7 @@ def run_pipeline(config: PipelineConfig, client: Client, on_update: OnUpdate | N
         "steps": len(updates),
         "backend": spec.backend,
         "port": spec.port,
+        "cores": list(spec.cores),
         "final_loss": float(updates.loss.iloc[-1]) if len(updates) else float("nan"),
         "median_step_s": float(steady.span_s.median()) if len(steady) else float("nan"),
         "bubble": float(steady.bubble.median()) if len(steady) else float("nan"),

@@ -3,6 +3,11 @@
 The driver picks the workers, finds a free port on the rank-0 worker's host, and runs a task per rank through
 `dsgd_teach.runtime.live.run_live`; each task joins the group (gloo on CPU, NCCL on GPU) with a timeout, does its work
 and calls destroy_process_group in a `finally`, so a failed or stopped run leaves no group, port or thread behind.
+
+With pin_cores, each CPU rank runs on a core of its own, as each would have a device of its own: the rank's thread,
+and the threads its group starts (gloo's), may use only that core while the group lasts. Unpinned, the OS moves the
+busy ranks and gloo's threads between cores and they wait on each other: a 2-stage 1F1B pipeline on 2 cores took
+about 15 % longer per step (51 ms against 44 ms, hidden 512, 8 microbatches).
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import torch
 import torch.distributed as dist
 from distributed import Client
 
-from ..machine import host_of
+from ..machine import host_of, machine_id
 from ..trace import TraceRecorder
 from .cluster import visible_gpus
 from .comm import Comm
@@ -40,6 +45,7 @@ class GroupSpec:
     devices: tuple[str, ...]  # torch device of each rank, e.g. ("cpu", "cpu") or ("cuda:0", "cuda:1")
     timeout_s: float
     workers: tuple[str, ...] = ()  # the worker address of each rank (ranks alternate hosts)
+    cores: tuple[int, ...] = ()  # the core each rank is pinned to while in the group; () for none
 
 
 def group_hosts(spec: GroupSpec) -> str:
@@ -66,10 +72,27 @@ def port_is_free(host: str, port: int) -> bool:
     return True
 
 
+def core_placement() -> tuple[str, tuple[int, ...]]:
+    """(this machine's identity, the cores this process may run on): asked of each rank's worker."""
+    return machine_id(), tuple(sorted(os.sched_getaffinity(0)))
+
+
+def assign_cores(placements: Sequence[tuple[str, Sequence[int]]]) -> tuple[int, ...]:
+    """One core per rank: the i-th rank on a machine gets the i-th core its worker may use (round again when the
+    machine has more ranks than cores)."""
+    ranks_seen: dict[str, int] = {}
+    cores = []
+    for machine, allowed in placements:
+        i = ranks_seen.get(machine, 0)
+        ranks_seen[machine] = i + 1
+        cores.append(int(allowed[i % len(allowed)]))
+    return tuple(cores)
+
+
 def plan_group(client: Client, world: int, device: str = "auto", timeout_s: float = 30.0,
-               workers: Sequence[str] | None = None) -> GroupSpec:
-    """Choose workers (or take `workers`, one per rank), backend and devices for a world of `world` ranks, and a
-    free port on rank 0's host."""
+               workers: Sequence[str] | None = None, pin_cores: bool = False) -> GroupSpec:
+    """Choose workers (or take `workers`, one per rank), backend and devices for a world of `world` ranks, a free
+    port on rank 0's host, and with pin_cores (CPU ranks, where the OS allows it) a core for each rank."""
     if device not in DEVICES:
         raise ValueError(f"device must be one of {DEVICES}, got {device!r}")
     if workers is not None and len(workers) != world:
@@ -92,9 +115,13 @@ def plan_group(client: Client, world: int, device: str = "auto", timeout_s: floa
         devices = tuple("cuda:0" if one_gpu_per_worker else f"cuda:{r}" for r in range(world))
     else:
         devices = ("cpu",) * world
+    cores: tuple[int, ...] = ()
+    if pin_cores and not use_cuda and hasattr(os, "sched_setaffinity"):
+        asked = [client.submit(core_placement, workers=[a], pure=False) for a in addresses]
+        cores = assign_cores([f.result(timeout=setup_s) for f in asked])
     host = rendezvous_host(addresses)
     port = client.submit(find_free_port, host, workers=[addresses[0]], pure=False).result(timeout=setup_s)
-    return GroupSpec(host, port, world, "nccl" if use_cuda else "gloo", devices, timeout_s, tuple(addresses))
+    return GroupSpec(host, port, world, "nccl" if use_cuda else "gloo", devices, timeout_s, tuple(addresses), cores)
 
 
 def interface_of(ip: str) -> str | None:
@@ -137,15 +164,22 @@ def process_group(spec: GroupSpec, rank: int) -> Iterator[Comm]:
     timeout = datetime.timedelta(seconds=spec.timeout_s)
     extra = {"device_id": device} if device.type == "cuda" else {}
     own_host = host_of(spec.workers[rank]) if spec.workers else spec.host
-    with gloo_interface(own_host):
-        dist.init_process_group(
-            spec.backend, init_method=f"tcp://{spec.host}:{spec.port}", rank=rank, world_size=spec.world,
-            timeout=timeout, **extra,
-        )
+    allowed = os.sched_getaffinity(0) if spec.cores else None
+    if spec.cores:  # before joining: the threads the group starts inherit this thread's core
+        os.sched_setaffinity(0, {spec.cores[rank]})
     try:
-        yield Comm(rank, spec.world, device, spec.timeout_s)
+        with gloo_interface(own_host):
+            dist.init_process_group(
+                spec.backend, init_method=f"tcp://{spec.host}:{spec.port}", rank=rank, world_size=spec.world,
+                timeout=timeout, **extra,
+            )
+        try:
+            yield Comm(rank, spec.world, device, spec.timeout_s)
+        finally:
+            dist.destroy_process_group()
     finally:
-        dist.destroy_process_group()
+        if allowed is not None:  # the worker's thread runs other tasks afterwards
+            os.sched_setaffinity(0, allowed)
 
 
 def _group_task(ctx: WorkerContext, spec: GroupSpec, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:

@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import ctypes
 import importlib
-import os
 import sys
-from pathlib import Path
 from typing import Any
 
 from distributed import Client
 from distributed.diagnostics.plugin import WorkerPlugin
 
-from ..machine import WORKER_MALLOC, cpu_count, host_of
+from ..machine import WORKER_MALLOC, cpu_count, host_of, machine_id
 
 PLUGIN_NAME = "dsgd-course-settings"
 #: glibc mallopt parameter numbers (malloc.h).
@@ -71,11 +69,7 @@ class CourseSettings(WorkerPlugin):
 
 def _machine_cores() -> tuple[str, int]:
     """(this machine's identity, its cores): the kernel's boot id, shared by every network namespace on it."""
-    try:
-        machine = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        machine = os.uname().nodename
-    return machine, cpu_count()
+    return machine_id(), cpu_count()
 
 
 def threads_by_host(client: Client) -> dict[str, int]:
