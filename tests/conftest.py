@@ -14,12 +14,25 @@ from dsgd_teach.runtime.cluster import start_client
 os.environ.setdefault("DSGD_SMOKE", "1")
 
 
+#: multiprocessing's own long-lived helpers: they end with the process that started them, not with a test.
+HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
+
+
+def is_helper(proc: psutil.Process) -> bool:
+    """True for multiprocessing's resource tracker and fork server (dsgd_teach/runtime/worker_start.py); not for
+    the workers forked from that server, which carry its command line too."""
+    if not any(helper in " ".join(proc.cmdline()) for helper in HELPERS):
+        return False
+    parent = proc.parent()
+    return parent is None or "multiprocessing.forkserver" not in " ".join(parent.cmdline())
+
+
 def _children() -> list[psutil.Process]:
-    """Child processes of this test process, ignoring multiprocessing's long-lived resource tracker."""
+    """Child processes of this test process, ignoring multiprocessing's helpers."""
     out = []
     for proc in psutil.Process().children(recursive=True):
         try:
-            if "resource_tracker" not in " ".join(proc.cmdline()):
+            if not is_helper(proc):
                 out.append(proc)
         except psutil.NoSuchProcess:
             continue

@@ -8,6 +8,7 @@ import time
 import psutil
 import pytest
 import torch
+from conftest import is_helper
 from distributed import LocalCluster
 
 from dsgd_teach.runtime.cluster import (
@@ -22,11 +23,7 @@ from dsgd_teach.runtime.cluster import (
 
 
 def _worker_pids() -> set[int]:
-    return {
-        p.pid
-        for p in psutil.Process().children(recursive=True)
-        if "resource_tracker" not in " ".join(p.cmdline())
-    }
+    return {p.pid for p in psutil.Process().children(recursive=True) if not is_helper(p)}
 
 
 def _port_free(address: str) -> bool:

@@ -34,6 +34,7 @@ from ..memory import (
     worker_baseline,
 )
 from . import worker_settings
+from .worker_start import worker_start_settings
 from .workers import scale_to
 
 log = logging.getLogger(__name__)
@@ -201,12 +202,13 @@ class CourseClient(Client):
                 f"this GPU cluster runs one worker per GPU and has {gpus} GPU(s), so it cannot grow to {n_workers} "
                 "workers; start_client(n, use_gpu=False) gives CPU worker processes, which still use the GPU"
             )
-        self._owned_cluster.scale(n_workers)
-        deadline = time.monotonic() + timeout
-        while self.n_workers() != n_workers:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"cluster did not reach {n_workers} workers within {timeout:.0f} s")
-            time.sleep(0.05)
+        with dask.config.set(worker_start_settings()):  # new workers start as the first ones did
+            self._owned_cluster.scale(n_workers)
+            deadline = time.monotonic() + timeout
+            while self.n_workers() != n_workers:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"cluster did not reach {n_workers} workers within {timeout:.0f} s")
+                time.sleep(0.05)
         self.register_plugin(TorchThreads(threads_per_worker_process(n_workers)), name=PLUGIN_NAME)
         return _describe(n_workers)
 
@@ -332,7 +334,7 @@ def start_client(
             limit = explicit_limit or worker_memory_limit(n, gpu=gpus > 0)
             refuse_limit_below_baseline(limit)
             environ = {**dask.config.get("distributed.nanny.pre-spawn-environ", {}), **WORKER_MALLOC}
-            settings = {**QUIET_TIMERS, "distributed.nanny.pre-spawn-environ": environ}
+            settings = {**QUIET_TIMERS, **worker_start_settings(), "distributed.nanny.pre-spawn-environ": environ}
             with dask.config.set(settings):  # read when the scheduler and nannies start; passed on to workers
                 cluster = LocalCluster(
                     n_workers=n,
