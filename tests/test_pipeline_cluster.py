@@ -143,7 +143,7 @@ def test_a_stalled_stage_makes_its_neighbours_receive_time_out_loudly(own: Clien
 
     config = SMALL.replace(stages=2, steps=100_000, timeout_s=2.0)
     try:
-        # whichever wait stage 0 is in when its neighbour freezes (a receive, or the per-step vote on stopping)
+        # whichever wait stage 0 is in when its neighbour freezes (a receive, or the vote on stopping)
         # fails after the timeout, and says so
         loud = r"rank 0 .*(stage 0: receive of .* from stage 1|rank 0: the vote on stopping) .*2\.0 s \(is a"
         with pytest.raises(RuntimeError, match=loud) as caught:
