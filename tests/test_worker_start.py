@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import glob
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
 import psutil
 import pytest
 
 from dsgd_teach.runtime.cluster import start_client
-from dsgd_teach.runtime.worker_start import start_method
+from dsgd_teach.runtime.worker_start import remove_stale_server_folders, start_method, worker_start_settings
 
 
 def _parent_command() -> str:
@@ -39,3 +47,43 @@ def test_a_bad_worker_start_names_the_setting(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setenv("DSGD_WORKER_START", "fork")
     with pytest.raises(ValueError, match="DSGD_WORKER_START must be 'forkserver' or 'spawn'"):
         start_method()
+
+
+def _listener(folder: Path, keep_bound: bool) -> socket.socket:
+    """A pymp-style folder holding one listener socket, still bound or (like a killed process's) not."""
+    folder.mkdir()
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(folder / "listener-abc"))
+    if not keep_bound:
+        sock.close()
+    return sock
+
+
+def test_only_folders_of_servers_no_longer_listening_are_removed(tmp_path: Path) -> None:
+    _listener(tmp_path / "pymp-dead", keep_bound=False)
+    live = _listener(tmp_path / "pymp-live", keep_bound=True)
+    _listener(tmp_path / "pymp-more", keep_bound=False)
+    (tmp_path / "pymp-more" / "other").write_text("not multiprocessing's")
+    (tmp_path / "pymp-file").mkdir()
+    (tmp_path / "pymp-file" / "listener-abc").write_text("a file, not a socket")
+    try:
+        removed = remove_stale_server_folders(str(tmp_path))
+    finally:
+        live.close()
+    assert removed == [tmp_path / "pymp-dead"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pymp-file", "pymp-live", "pymp-more"]
+
+
+def test_a_killed_process_leaves_its_server_folder_and_the_next_start_removes_it(fresh_client) -> None:
+    if start_method() != "forkserver":
+        pytest.skip("this platform has no forkserver")
+    before = set(glob.glob(os.path.join(tempfile.gettempdir(), "pymp-*")))
+    killed = ("import os\nfrom dsgd_teach.runtime.cluster import start_client\n"
+              "client = start_client(1, quiet=True, use_gpu=False)\nos._exit(0)  # as a killed kernel: no atexit\n")
+    subprocess.run([sys.executable, "-c", killed], check=True, timeout=120)
+    left = set(glob.glob(os.path.join(tempfile.gettempdir(), "pymp-*"))) - before
+    assert left, "the killed process left no server folder: nothing to check"
+    worker_start_settings()  # what the next cluster start runs
+    assert not any(os.path.exists(p) for p in left), left
+    fresh_client.resize(3)  # this process's own server still forks workers
+    assert len(fresh_client.run(_parent_command)) == 3

@@ -7,14 +7,21 @@ later worker is a fork of it: on 2 cores a later two-worker cluster starts and c
 and the workers share the imported modules' memory pages with the server until they write to them (a full-mode
 chapter's peak PSS fell by 56-233 MiB).
 
-The server is multiprocessing's own helper: a child of this process that ends when this process does. Set
-DSGD_WORKER_START=spawn to have dask start every worker afresh instead.
+The server is multiprocessing's own helper: a child of this process that ends when this process does. It listens on
+a socket in a pymp-* folder of the temporary directory, which multiprocessing removes when this process exits
+normally; a Jupyter kernel that is shut down after starting processes is killed instead, leaving the folder behind.
+So each start first removes such folders of earlier processes: ours, holding only a listener socket that no process
+has bound (Linux lists every bound one in /proc/net/unix). Set DSGD_WORKER_START=spawn to have dask start every
+worker afresh instead.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
+import stat
+import tempfile
+from pathlib import Path
 
 import dask
 
@@ -37,9 +44,42 @@ def worker_start_settings() -> dict[str, str]:
     """The dask settings a nanny reads when it starts a worker: forkserver with torch preloaded, where possible."""
     method = start_method()
     if method == "forkserver":
+        remove_stale_server_folders()
         from distributed.utils import get_mp_context
 
         with dask.config.set({METHOD_KEY: method}):
             context = get_mp_context()  # dask sets its preload list on its first call: ours replaces it
         context.set_forkserver_preload(list(PRELOAD))
     return {METHOD_KEY: method}
+
+
+def bound_socket_paths() -> set[str] | None:
+    """The filesystem paths of the Unix sockets bound now, or None where /proc/net/unix cannot be read."""
+    try:
+        lines = Path("/proc/net/unix").read_text().splitlines()[1:]
+    except OSError:
+        return None
+    return {fields[7] for fields in (line.split(maxsplit=7) for line in lines) if len(fields) == 8}
+
+
+def remove_stale_server_folders(temp_root: str | None = None) -> list[Path]:
+    """Remove the pymp-* folders of ours that hold only a listener socket no process has bound; return them."""
+    bound = bound_socket_paths()
+    if bound is None:
+        return []
+    removed = []
+    for folder in Path(temp_root or tempfile.gettempdir()).glob("pymp-*"):
+        try:
+            info = folder.lstat()
+            entries = list(folder.iterdir()) if stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() else []
+            if len(entries) != 1 or not entries[0].name.startswith("listener-"):
+                continue
+            listener = entries[0].lstat()
+            if not stat.S_ISSOCK(listener.st_mode) or listener.st_uid != os.getuid() or str(entries[0]) in bound:
+                continue
+            entries[0].unlink()
+            folder.rmdir()
+            removed.append(folder)
+        except OSError:  # another process removed or filled it meanwhile: leave it
+            continue
+    return removed
