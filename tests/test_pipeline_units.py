@@ -89,21 +89,44 @@ def test_a_wait_that_times_out_fails_loudly() -> None:
 def test_receives_are_posted_ahead_in_the_schedules_order(monkeypatch: pytest.MonkeyPatch) -> None:
     posted: list[tuple[tuple[int, ...], int]] = []
 
-    def fake_irecv(buf: torch.Tensor, src: int) -> _Work:
+    def fake_irecv(buf: torch.Tensor, src: int, group: object = None) -> _Work:
         posted.append((tuple(buf.shape), src))
         return _Work(True)
 
     monkeypatch.setattr("dsgd_teach.pipeline.link.dist.irecv", fake_irecv)
     link = StageLink(1, torch.device("cpu"), 0.5, ahead=2)
-    plan = [((3, 4), 0, "activation of microbatch 0"), ((3, 4), 0, "activation of microbatch 1"),
-            ((3, 2), 2, "gradient of microbatch 1"), ((3, 2), 2, "gradient of microbatch 0")]
+    plan = [((3, 4), 0, "activation of microbatch 0", False), ((3, 4), 0, "activation of microbatch 1", False),
+            ((3, 2), 2, "gradient of microbatch 1", True), ((3, 2), 2, "gradient of microbatch 0", True)]
     link.plan(plan)
     assert posted == [((3, 4), 0), ((3, 4), 0)]  # two posted before the stage asks for anything
     buf, _ = link.recv((3, 4), 0, "activation of microbatch 0")
     assert buf.shape == (3, 4) and posted[-1] == ((3, 2), 2)  # the window moved on by one
     link.recv((3, 4), 0, "activation of microbatch 1")
     with pytest.raises(RuntimeError, match="expected gradient of microbatch 1 from stage 2"):
-        link.recv((3, 2), 2, "gradient of microbatch 0")
+        link.recv((3, 2), 2, "gradient of microbatch 0", gradient=True)
+
+
+def test_gradients_travel_on_their_own_group_and_activations_on_the_default_one(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    groups: list[tuple[str, object]] = []
+
+    def fake(kind: str):  # noqa: ANN202 - stands in for dist.isend / dist.irecv
+        def op(tensor: torch.Tensor, peer: int, group: object = None) -> _Work:
+            groups.append((kind, group))
+            return _Work(True)
+        return op
+
+    monkeypatch.setattr("dsgd_teach.pipeline.link.dist.isend", fake("send"))
+    monkeypatch.setattr("dsgd_teach.pipeline.link.dist.irecv", fake("recv"))
+    gradients = object()
+    link = StageLink(1, torch.device("cpu"), 0.5, ahead=1, gradient_group=gradients)
+    link.plan([((3, 4), 0, "activation of microbatch 0", False), ((3, 2), 2, "gradient of microbatch 0", True)])
+    link.recv((3, 4), 0, "activation of microbatch 0")
+    link.send(torch.ones(3, 2), 2, "activation of microbatch 0")
+    link.recv((3, 2), 2, "gradient of microbatch 0", gradient=True)
+    link.send(torch.ones(3, 4), 0, "gradient of microbatch 0", gradient=True)
+    link.finish()
+    assert groups == [("recv", None), ("recv", gradients), ("send", None), ("send", gradients)]
 
 
 def test_bubble_of_all_stages_and_of_the_busiest() -> None:

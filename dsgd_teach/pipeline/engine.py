@@ -14,6 +14,7 @@ work and is never passed off as such: each action's trace event carries `compute
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 import torch
@@ -29,11 +30,21 @@ from .link import StageLink
 from .rank_support import StopVote, ctx_now, device_sync, emulate_device, training_data
 from .stages import boundary_shapes, build_units, microbatch_slices, stage_module
 
+#: Receives a stage posts before it asks for them (in its schedule's order).
+RECEIVES_AHEAD = 4
+
+
+def gradient_group(timeout_s: float) -> Any:
+    """On gloo, a second group of every rank for the gradients (link.py says why); None on NCCL."""
+    if dist.get_backend() != "gloo":
+        return None
+    return dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=timeout_s))
+
 
 class Stage:
     """One stage of one replica on its worker: the operations a schedule's loop calls, and the step around them."""
 
-    def __init__(self, ctx: WorkerContext, comm: Comm, config: Any, gradient_delay: int = 0, ahead: int = 4) -> None:
+    def __init__(self, ctx: WorkerContext, comm: Comm, config: Any, gradient_delay: int = 0) -> None:
         self.ctx, self.comm, self.config, self.delay = ctx, comm, config, gradient_delay
         self.layout = Layout(config.stages, config.replicas, comm.rank)
         self.p, self.s, self.dev = config.stages, self.layout.stage, comm.device
@@ -43,7 +54,8 @@ class Stage:
         units = build_units(config.model, self.X_all.shape[1], 10, config.depth, config.hidden, config.seed)
         self.module: nn.Module = stage_module(units, self.p, self.s).to(self.dev)
         self.shapes = boundary_shapes(units, self.p, self.X_all.shape[1])
-        self.link = StageLink(self.s, self.dev, config.timeout_s, ahead=ahead)
+        self.gradient_group = gradient_group(config.timeout_s)
+        self.link = StageLink(self.s, self.dev, config.timeout_s, RECEIVES_AHEAD, self.gradient_group)
         self.vote = StopVote(comm, config.timeout_s)
         self.prev = self.layout.peer(self.s - 1) if not self.first else -1
         self.nxt = self.layout.peer(self.s + 1) if not self.last else -1
@@ -70,24 +82,24 @@ class Stage:
     def _rows(self, k: int) -> int:
         return self.slices[k].stop - self.slices[k].start
 
-    def _receives(self, actions: list[Action]) -> list[tuple[tuple[int, ...], int, str]]:
+    def _receives(self, actions: list[Action]) -> list[tuple[tuple[int, ...], int, str, bool]]:
         """What this stage will receive, in the order of its actions: activations from prev, gradients from nxt."""
         out = []
         for kind, k in actions:
             if kind == "F" and not self.first:
-                out.append(((self._rows(k), *self.shapes[self.s]), self.prev, f"activation of microbatch {k}"))
+                out.append(((self._rows(k), *self.shapes[self.s]), self.prev, f"activation of microbatch {k}", False))
             elif kind == "B" and not self.last:
-                out.append(((self._rows(k), *self.shapes[self.s + 1]), self.nxt, f"gradient of microbatch {k}"))
+                out.append(((self._rows(k), *self.shapes[self.s + 1]), self.nxt, f"gradient of microbatch {k}", True))
         return out
 
     def _recv(self, shape: tuple[int, ...], src: int, k: int, what: str) -> torch.Tensor:
-        x, wait = self.link.recv(shape, src, f"{what} of microbatch {k}")
+        x, wait = self.link.recv(shape, src, f"{what} of microbatch {k}", gradient=what == "gradient")
         self.ctx.emit(step=self.step, event="idle", microbatch=k, duration=wait, t_start=ctx_now(self.ctx) - wait)
         self.ctx.emit(step=self.step, event="recv", microbatch=k, peer=src, bytes_received=x.numel() * 4)
         return x
 
     def _send(self, tensor: torch.Tensor, dst: int, k: int, what: str, due: int) -> None:
-        sent = self.link.send(tensor, dst, f"{what} of microbatch {k}", due=due)
+        sent = self.link.send(tensor, dst, f"{what} of microbatch {k}", due=due, gradient=what == "gradient")
         self.ctx.emit(step=self.step, event="send", microbatch=k, peer=dst, bytes_sent=sent)
 
     def receive_activation(self, k: int) -> torch.Tensor:
@@ -172,11 +184,13 @@ class Stage:
         """After an early stop, receive the gradients the next stage already sent for these steps' backwards."""
         for step in steps if not self.last else ():
             for batch, k in sorted((key for key in self.held if key[0] == step - lag), reverse=True):
-                self.link.recv(tuple(self.held[batch, k][1].shape), self.nxt, f"gradient of microbatch {k}")
+                self.link.recv(tuple(self.held[batch, k][1].shape), self.nxt, f"gradient of microbatch {k}",
+                               gradient=True)
 
     def close(self) -> None:
         """Deliver the sends still in flight, collect the last vote, leave the replicas' sub-groups."""
         self.link.finish()
         self.vote.close()
-        for group in self.dp_groups:
-            dist.destroy_process_group(group)
+        for group in [*self.dp_groups, self.gradient_group]:
+            if group is not None:
+                dist.destroy_process_group(group)

@@ -26,9 +26,7 @@ TRAIN_STEPS: dict[str, TrainStep] = {"naive": naive.train_step, "gpipe": gpipe.t
 
 def pipeline_rank(ctx: WorkerContext, comm: Comm, config: Any) -> dict[str, Any]:
     """One stage of one replica: train config.steps steps with config.schedule's loop; returns its parameters."""
-    # 1F1B sends and receives on the same link at once: a receive posted early has gloo's reader hold the link
-    # while this stage's send waits (measured: sends 5x slower), so 1F1B posts each receive only when it asks
-    stage = Stage(ctx, comm, config, ahead=0 if config.schedule == "1f1b" else 4)
+    stage = Stage(ctx, comm, config)
     train_step = TRAIN_STEPS[config.schedule]
     actions = actions_of(train_step, stage.p, config.microbatches, stage.s)
     staleness = config.stage_staleness(stage.s)
