@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import glob
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -87,3 +88,26 @@ def test_a_killed_process_leaves_its_server_folder_and_the_next_start_removes_it
     assert not any(os.path.exists(p) for p in left), left
     fresh_client.resize(3)  # this process's own server still forks workers
     assert len(fresh_client.run(_parent_command)) == 3
+
+
+BIND_AND_WAIT = """
+import socket, sys
+sock = socket.socket(socket.AF_UNIX)
+sock.bind(sys.argv[1])
+print("bound", flush=True)
+sys.stdin.read()  # until the test closes our stdin
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="a network namespace needs root")
+def test_a_server_listening_from_another_network_namespace_keeps_its_folder(tmp_path: Path) -> None:
+    (tmp_path / "pymp-other-net").mkdir()
+    command = ["unshare", "--net", sys.executable, "-c", BIND_AND_WAIT, str(tmp_path / "pymp-other-net" / "listener-x")]
+    proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "bound"
+        assert remove_stale_server_folders(str(tmp_path)) == []  # its own namespace lists the socket, ours does not
+        assert (tmp_path / "pymp-other-net" / "listener-x").exists()
+    finally:
+        proc.communicate(timeout=30)  # closes its stdin: it exits
+    assert remove_stale_server_folders(str(tmp_path)) == [tmp_path / "pymp-other-net"]  # now nobody listens

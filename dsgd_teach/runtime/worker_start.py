@@ -11,7 +11,7 @@ The server is multiprocessing's own helper: a child of this process that ends wh
 a socket in a pymp-* folder of the temporary directory, which multiprocessing removes when this process exits
 normally; a Jupyter kernel that is shut down after starting processes is killed instead, leaving the folder behind.
 So each start first removes such folders of earlier processes: ours, holding only a listener socket that no process
-has bound (Linux lists every bound one in /proc/net/unix). Set DSGD_WORKER_START=spawn to have dask start every
+has bound (Linux lists the bound ones of each network namespace in /proc/PID/net/unix). Set DSGD_WORKER_START=spawn to have dask start every
 worker afresh instead.
 """
 
@@ -54,12 +54,29 @@ def worker_start_settings() -> dict[str, str]:
 
 
 def bound_socket_paths() -> set[str] | None:
-    """The filesystem paths of the Unix sockets bound now, or None where /proc/net/unix cannot be read."""
+    """The filesystem paths of the Unix sockets bound now in every network namespace this user's processes are in.
+
+    /proc/net/unix lists only the reader's namespace; a process in another one (`ip netns exec`) may share this
+    /tmp, so one process of each namespace is asked through its own /proc/PID/net/unix. None where /proc is absent.
+    """
     try:
-        lines = Path("/proc/net/unix").read_text().splitlines()[1:]
+        tables = {os.readlink("/proc/self/ns/net"): "/proc/self/net/unix"}
+        pids = [name for name in os.listdir("/proc") if name.isdigit()]
     except OSError:
         return None
-    return {fields[7] for fields in (line.split(maxsplit=7) for line in lines) if len(fields) == 8}
+    for pid in pids:
+        try:
+            tables.setdefault(os.readlink(f"/proc/{pid}/ns/net"), f"/proc/{pid}/net/unix")
+        except OSError:  # gone, or another user's: its sockets are not in folders of ours
+            continue
+    paths: set[str] = set()
+    for table in tables.values():
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        paths |= {fields[7] for fields in (line.split(maxsplit=7) for line in lines) if len(fields) == 8}
+    return paths
 
 
 def remove_stale_server_folders(temp_root: str | None = None) -> list[Path]:
