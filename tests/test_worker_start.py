@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import glob
 import os
 import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import psutil
@@ -78,14 +76,16 @@ def test_only_folders_of_servers_no_longer_listening_are_removed(tmp_path: Path)
 def test_a_killed_process_leaves_its_server_folder_and_the_next_start_removes_it(fresh_client) -> None:
     if start_method() != "forkserver":
         pytest.skip("this platform has no forkserver")
-    before = set(glob.glob(os.path.join(tempfile.gettempdir(), "pymp-*")))
-    killed = ("import os\nfrom dsgd_teach.runtime.cluster import start_client\n"
-              "client = start_client(1, quiet=True, use_gpu=False)\nos._exit(0)  # as a killed kernel: no atexit\n")
-    subprocess.run([sys.executable, "-c", killed], check=True, timeout=120)
-    left = set(glob.glob(os.path.join(tempfile.gettempdir(), "pymp-*"))) - before
-    assert left, "the killed process left no server folder: nothing to check"
+    killed = (
+        "import os, multiprocessing.util as util\nfrom dsgd_teach.runtime.cluster import start_client\n"
+        "client = start_client(1, quiet=True, use_gpu=False)\nprint(util.get_temp_dir(), flush=True)\n"
+        "os._exit(0)  # as a killed kernel: no atexit\n"
+    )
+    done = subprocess.run([sys.executable, "-c", killed], check=True, timeout=120, capture_output=True, text=True)
+    left = Path(done.stdout.strip().splitlines()[-1])
+    assert left.name.startswith("pymp-") and any(left.glob("listener-*")), "the killed process left no server folder"
     worker_start_settings()  # what the next cluster start runs
-    assert not any(os.path.exists(p) for p in left), left
+    assert not left.exists()
     fresh_client.resize(3)  # this process's own server still forks workers
     assert len(fresh_client.run(_parent_command)) == 3
 
