@@ -88,6 +88,33 @@ def test_dead_worker_can_be_survived(fresh_client):
     assert not [t for t in threading.enumerate() if t.name.startswith("dsgd")]
 
 
+def _quick_or_count(ctx, n):
+    return "done" if ctx.rank == 0 else _count(ctx, n)
+
+
+@pytest.mark.timeout(120)
+def test_a_result_lost_with_its_worker_before_it_was_fetched_gives_a_clear_error(fresh_client, monkeypatch):
+    from distributed import Future
+
+    from dsgd_teach.memory import scheduler_workers
+
+    pids = fresh_client.run(os.getpid)
+    original = Future.result
+
+    def fetch_after_the_worker_died(self, timeout=None):  # the race: rank 0 finished, then its worker was killed
+        if self.key.endswith("rank0") and self.status == "finished":
+            address = self.client.who_has([self]).get(self.key, ("",))[0] or next(iter(pids))
+            os.kill(pids[address], 9)
+            deadline = time.monotonic() + 60
+            while address in scheduler_workers(self.client) and time.monotonic() < deadline:
+                time.sleep(0.1)
+        return original(self, timeout=timeout)
+
+    monkeypatch.setattr(Future, "result", fetch_after_the_worker_died)
+    with pytest.raises(WorkerLost, match="rank 0"):
+        run_live(fresh_client, _quick_or_count, [(100_000,), (100_000,)], TraceRecorder(), timeout_s=90)
+
+
 class _FakeWorker:
     """Stands in for the dask worker under a rank: its event log and its (slow) line to the scheduler."""
 

@@ -25,6 +25,8 @@ from .cluster import worker_addresses
 
 #: How long a rank's worker may stay paused, with the rank's task not started there, before the run gives up.
 PAUSE_GRACE_S = 2.0
+#: How long one fetch of a finished rank's result may take before the run checks that its worker is still alive.
+RESULT_WAIT_S = 5.0
 
 
 class WorkerLost(RuntimeError):
@@ -275,7 +277,11 @@ def run_live(
                                     f"{type(exc).__name__}: {exc}"
                                 ) from exc
                             raise RuntimeError(f"rank {rank} on {addresses[rank]} failed: {type(exc).__name__}: {exc}") from exc
-                        results[rank] = fut.result()
+                        try:
+                            results[rank] = fut.result(timeout=RESULT_WAIT_S)
+                        except TimeoutError:  # its worker died before the result was fetched: dask would wait
+                            pending.add(rank)  # forever for it; the membership check below drops it or raises
+                            last_membership_check = 0.0
                 now = time.monotonic()
                 if pending and now - last_membership_check > 0.5:
                     last_membership_check = now
