@@ -11,8 +11,9 @@ The server is multiprocessing's own helper: a child of this process that ends wh
 a socket in a pymp-* folder of the temporary directory, which multiprocessing removes when this process exits
 normally; a Jupyter kernel that is shut down after starting processes is killed instead, leaving the folder behind.
 So each start first removes such folders of earlier processes: ours, holding only a listener socket that no process
-has bound (Linux lists the bound ones of each network namespace in /proc/PID/net/unix). Set DSGD_WORKER_START=spawn to have dask start every
-worker afresh instead.
+has bound (Linux lists the bound ones of each network namespace in /proc/PID/net/unix).
+
+Set DSGD_WORKER_START=spawn to have dask start every worker afresh instead.
 """
 
 from __future__ import annotations
