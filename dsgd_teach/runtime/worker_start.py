@@ -23,16 +23,11 @@ import os
 import stat
 import tempfile
 from pathlib import Path
-from typing import Any
 
 import dask
 
 #: dask's setting for how a nanny starts its worker process.
 METHOD_KEY = "distributed.worker.multiprocessing-method"
-#: dask's setting for modules each worker loads as it starts (and their dask_setup hook).
-PRELOAD_KEY = "distributed.worker.preload"
-#: What each worker of a cluster the course starts loads: a close without a false alarm (worker_close.py).
-WORKER_PRELOAD = ("dsgd_teach.runtime.worker_close",)
 #: Modules the server imports once for every worker it forks: a dask worker's own, torch, and the course's
 #: runtime that every experiment's tasks run in (one that cannot be imported is skipped by multiprocessing).
 PRELOAD = ("distributed", "numpy", "pandas", "torch", "dsgd_teach.runtime.live")
@@ -46,7 +41,7 @@ def start_method() -> str:
     return wanted if wanted in multiprocessing.get_all_start_methods() else "spawn"
 
 
-def worker_start_settings() -> dict[str, Any]:
+def worker_start_settings() -> dict[str, str]:
     """The dask settings a nanny reads when it starts a worker: forkserver with torch preloaded, where possible."""
     method = start_method()
     if method == "forkserver":
@@ -56,7 +51,7 @@ def worker_start_settings() -> dict[str, Any]:
         with dask.config.set({METHOD_KEY: method}):
             context = get_mp_context()  # dask sets its preload list on its first call: ours replaces it
         context.set_forkserver_preload(list(PRELOAD))
-    return {METHOD_KEY: method, PRELOAD_KEY: list(WORKER_PRELOAD)}
+    return {METHOD_KEY: method}
 
 
 def bound_socket_paths() -> set[str] | None:
