@@ -13,7 +13,8 @@ normally; a Jupyter kernel that is shut down after starting processes is killed 
 So each start first removes such folders of earlier processes: ours, holding only a listener socket that no process
 has bound (Linux lists the bound ones of each network namespace in /proc/PID/net/unix).
 
-Set DSGD_WORKER_START=spawn to have dask start every worker afresh instead.
+Set DSGD_WORKER_START=spawn to have dask start every worker afresh instead. Either way each worker loads
+worker_close.py as a dask preload, so that it closes without a failed heartbeat.
 """
 
 from __future__ import annotations
@@ -31,6 +32,10 @@ METHOD_KEY = "distributed.worker.multiprocessing-method"
 #: Modules the server imports once for every worker it forks: a dask worker's own, torch, and the course's
 #: runtime that every experiment's tasks run in (one that cannot be imported is skipped by multiprocessing).
 PRELOAD = ("distributed", "numpy", "pandas", "torch", "dsgd_teach.runtime.live")
+#: dask's setting for modules each worker loads as it starts (their dask_setup and dask_teardown hooks run in it).
+WORKER_PRELOAD_KEY = "distributed.worker.preload"
+#: What each worker the course starts loads: a close that lets its last heartbeat finish first (worker_close.py).
+WORKER_PRELOAD = "dsgd_teach.runtime.worker_close"
 
 
 def start_method() -> str:
@@ -41,8 +46,8 @@ def start_method() -> str:
     return wanted if wanted in multiprocessing.get_all_start_methods() else "spawn"
 
 
-def worker_start_settings() -> dict[str, str]:
-    """The dask settings a nanny reads when it starts a worker: forkserver with torch preloaded, where possible."""
+def worker_start_settings() -> dict[str, object]:
+    """The dask settings a nanny reads to start a worker: forkserver with torch preloaded, and the course's preload."""
     method = start_method()
     if method == "forkserver":
         remove_stale_server_folders()
@@ -51,7 +56,11 @@ def worker_start_settings() -> dict[str, str]:
         with dask.config.set({METHOD_KEY: method}):
             context = get_mp_context()  # dask sets its preload list on its first call: ours replaces it
         context.set_forkserver_preload(list(PRELOAD))
-    return {METHOD_KEY: method}
+    preloads = dask.config.get(WORKER_PRELOAD_KEY, None) or []
+    preloads = [preloads] if isinstance(preloads, str) else list(preloads)
+    if WORKER_PRELOAD not in preloads:  # beside any preload the user configured
+        preloads.append(WORKER_PRELOAD)
+    return {METHOD_KEY: method, WORKER_PRELOAD_KEY: preloads}
 
 
 def bound_socket_paths() -> set[str] | None:
