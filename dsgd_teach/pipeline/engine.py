@@ -34,8 +34,13 @@ from .stages import boundary_shapes, build_units, microbatch_slices, stage_modul
 RECEIVES_AHEAD = 4
 
 
-def gradient_group(timeout_s: float) -> Any:
-    """On gloo, a second group of every rank for the gradients (link.py says why); None on NCCL."""
+def own_group(timeout_s: float) -> Any:
+    """On gloo, one more group of every rank (its own connections and gloo thread) whose operations fail after
+    timeout_s; None on NCCL, where the default group carries everything.
+
+    The default group was joined with a longer timeout (a rank's task may start late on a busy machine), and a
+    collective still in flight when a stage fails holds the group's destruction up until that timeout passes.
+    """
     if dist.get_backend() != "gloo":
         return None
     return dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=timeout_s))
@@ -54,9 +59,10 @@ class Stage:
         units = build_units(config.model, self.X_all.shape[1], 10, config.depth, config.hidden, config.seed)
         self.module: nn.Module = stage_module(units, self.p, self.s).to(self.dev)
         self.shapes = boundary_shapes(units, self.p, self.X_all.shape[1])
-        self.gradient_group = gradient_group(config.timeout_s)
+        self.gradient_group = own_group(config.timeout_s)  # gradients do not queue behind activations (link.py)
         self.link = StageLink(self.s, self.dev, config.timeout_s, RECEIVES_AHEAD, self.gradient_group)
-        self.vote = StopVote(comm, config.timeout_s)
+        self.vote_group = own_group(config.timeout_s)  # a vote in flight when a stage fails ends with timeout_s
+        self.vote = StopVote(comm, config.timeout_s, self.vote_group)
         self.prev = self.layout.peer(self.s - 1) if not self.first else -1
         self.nxt = self.layout.peer(self.s + 1) if not self.last else -1
         # (step, microbatch) -> (input, output) of its forward, kept until its backward
@@ -191,6 +197,6 @@ class Stage:
         """Deliver the sends still in flight, collect the last vote, leave the replicas' sub-groups."""
         self.link.finish()
         self.vote.close()
-        for group in [*self.dp_groups, self.gradient_group]:
+        for group in [*self.dp_groups, self.gradient_group, self.vote_group]:
             if group is not None:
                 dist.destroy_process_group(group)

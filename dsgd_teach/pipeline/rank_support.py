@@ -59,11 +59,11 @@ class StopVote:
     many steps it runs in that time; the maximum of each, the same on every stage, says whether to stop and after how
     many steps the next vote comes. A vote is posted without waiting and read at the next one (long arrived by then),
     so every stage stops after the same step, about VOTE_EVERY_S after any of them was asked to; each wait is
-    bounded by timeout_s.
+    bounded by timeout_s. The votes go on `group` (None: the default group).
     """
 
-    def __init__(self, comm: Comm, timeout_s: float) -> None:
-        self.comm, self.timeout_s = comm, timeout_s
+    def __init__(self, comm: Comm, timeout_s: float, group: Any = None) -> None:
+        self.comm, self.timeout_s, self.group = comm, timeout_s, group
         self._posted: tuple[torch.Tensor, Any] | None = None
         self._steps, self._next_vote = 0, 1  # steps cast so far; the count at which the next vote comes
         self._last_vote_at, self._last_vote_time = 0, time.perf_counter()
@@ -82,7 +82,7 @@ class StopVote:
         self._last_vote_at, self._last_vote_time = self._steps, now
         self._next_vote = self._steps + (previous[1] if previous is not None else 1)
         vote = torch.tensor([1.0 if stop else 0.0, float(steps_per_vote)], device=self.comm.device)
-        self._posted = (vote, dist.all_reduce(vote, op=dist.ReduceOp.MAX, async_op=True))
+        self._posted = (vote, dist.all_reduce(vote, op=dist.ReduceOp.MAX, group=self.group, async_op=True))
         return False
 
     def close(self) -> None:
