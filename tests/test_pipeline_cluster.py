@@ -94,7 +94,10 @@ def _stop_after_first_update(event: dict) -> None:
 @pytest.mark.timeout(120)
 def test_decoupled_stages_start_their_backward_before_the_next_stage_has_finished_its_own(cluster4: Client) -> None:
     """No backward locking: in GPipe, stage 0 needs stage 1's first backward of the step before its own can start."""
-    config = SMALL.replace(stages=2, microbatches=4, hidden=256, depth=8, batch_size=256, steps=9)
+    # Microbatches long enough that the OS's time slices on a loaded machine cannot reorder the two stages'
+    # backwards when nothing waited, and 24 measured steps: hidden 256 and 8 steps measured 0.5 in 1 of 16 runs
+    # beside two busy processes on 2 cores (hidden 256 and 24 steps: min 0.71; hidden 512 and 24 steps: min 0.96)
+    config = SMALL.replace(stages=2, microbatches=4, hidden=512, depth=8, batch_size=256, steps=25)
     work = {}
     for schedule in ("gpipe", "decoupled"):
         trace = run_pipeline(config.replace(schedule=schedule), cluster4).trace
