@@ -103,6 +103,15 @@ class LabServer:
             f.seek(offset)
             return reported_tracebacks(f.read().decode(errors="replace").splitlines())
 
+    def shutdown_kernels(self) -> None:
+        """Ask the server to shut every kernel down (each closes its cluster in its atexit handler)."""
+        self.remember_processes()
+        with contextlib.suppress(OSError, ValueError):
+            status, body = self.api("GET", "/api/kernels")
+            if status == 200:
+                for kernel in json.loads(body):
+                    self.api("DELETE", f"/api/kernels/{kernel['id']}", timeout=30)
+
 
 #: What asyncio logs when the server wrote to the websocket of a browser page that had closed (the tests close each
 #: chapter's page): tornado's write future fails and nobody awaits it. Not an error of the course; it is logged when
@@ -123,15 +132,6 @@ def reported_tracebacks(lines: list[str]) -> list[str]:
         if not all(mark in header for mark in CLOSED_PAGE_WRITE):
             found.append("\n".join(lines[i : i + 25]))
     return found
-
-    def shutdown_kernels(self) -> None:
-        """Ask the server to shut every kernel down (each closes its cluster in its atexit handler)."""
-        self.remember_processes()
-        with contextlib.suppress(OSError, ValueError):
-            status, body = self.api("GET", "/api/kernels")
-            if status == 200:
-                for kernel in json.loads(body):
-                    self.api("DELETE", f"/api/kernels/{kernel['id']}", timeout=30)
 
 
 def _write_settings(settings_dir: Path) -> None:
