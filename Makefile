@@ -30,12 +30,9 @@ lint: $(STAMP)
 # is printed after the main suite's). The main suite runs in JOBS pytest-xdist workers, one test file per worker at
 # a time.
 test: $(STAMP) lint browser-deps sandbox-deps
-	@mkdir -p build; rm -f build/compat-test.log; \
-	{ bash scripts/compat_test.sh --install-only $(PY) > build/compat-install.log 2>&1 && \
-	  bash scripts/compat_test.sh $(PY) > build/compat-test.log 2>&1; } & compat=$$!; \
+	@mkdir -p build; bash scripts/compat_test.sh $(PY) > build/compat.log 2>&1 & compat=$$!; \
 	$(PY) -m pytest -n $(JOBS) --dist loadfile --no-loadscope-reorder; status=$$?; wait $$compat; compat_status=$$?; \
-	cat build/compat-install.log; if [ -f build/compat-test.log ]; then cat build/compat-test.log; fi; \
-	[ $$status -eq 0 ] || exit $$status; exit $$compat_status
+	cat build/compat.log; [ $$status -eq 0 ] || exit $$status; exit $$compat_status
 
 # The newcomer's configuration: the newest other Python here with PyPI's standard (CUDA) torch wheel, in
 # .venv-compat: every chapter in smoke mode plus the oracle, memory and fault tests (skips if no second Python).

@@ -4,8 +4,7 @@
 # chapter in smoke mode and the oracle, memory and fault tests there. Skips, saying why, where no second Python
 # exists. Usage: scripts/compat_test.sh MAIN_PYTHON [pytest args...]; COMPAT_PYTHON=/path/to/python3.10 picks another
 # interpreter and COMPAT_VENV another folder (how the other supported Pythons are checked by hand).
-# With --install-only first, it only builds the environment (make test builds it, then runs its tests, while the
-# main suite runs).
+# With --install-only first, it only builds the environment (make test runs the whole script beside the main suite).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 install_only=false
