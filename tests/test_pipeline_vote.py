@@ -10,10 +10,11 @@ from __future__ import annotations
 import datetime
 import multiprocessing
 import queue
-import socket
 
 import torch
 import torch.distributed as dist
+
+from dsgd_teach.runtime.group import host_store
 
 JOIN_TIMEOUT_S = 600.0  # the default group's: far longer than the test waits
 TRAINING_TIMEOUT_S = 1.0
@@ -24,8 +25,9 @@ def _rank(rank: int, port: int, report: multiprocessing.Queue, done: multiproces
     from dsgd_teach.pipeline.engine import own_group
     from dsgd_teach.pipeline.rank_support import StopVote
     from dsgd_teach.runtime.comm import Comm
+    from dsgd_teach.runtime.group import join_store
 
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
+    dist.init_process_group("gloo", store=join_store("127.0.0.1", port, 2), rank=rank, world_size=2,
                             timeout=datetime.timedelta(seconds=JOIN_TIMEOUT_S))
     vote = StopVote(Comm(rank, 2, torch.device("cpu"), TRAINING_TIMEOUT_S), TRAINING_TIMEOUT_S,
                     own_group(TRAINING_TIMEOUT_S))
@@ -41,16 +43,11 @@ def _rank(rank: int, port: int, report: multiprocessing.Queue, done: multiproces
     report.put("left")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_a_stage_failing_with_a_vote_in_flight_leaves_its_group_within_the_training_timeout() -> None:
     ctx = multiprocessing.get_context("spawn")
     report, done = ctx.Queue(), ctx.Event()
-    port = _free_port()
+    store = host_store(2)  # listening before the ranks start: no other test's group can take its port
+    port = store.port
     ranks = [ctx.Process(target=_rank, args=(r, port, report, done), daemon=True) for r in range(2)]
     for p in ranks:
         p.start()

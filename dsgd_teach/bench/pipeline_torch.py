@@ -23,7 +23,7 @@ import numpy as np
 
 from ..pipeline import PipelineConfig, run_pipeline
 from ..runtime.cluster import start_client
-from ..runtime.group import find_free_port
+from ..runtime.group import host_store, join_store
 
 BASE = PipelineConfig(stages=2, depth=8, batch_size=512, steps=48, lr=0.01, device="cpu", timeout_s=60)
 SETTINGS = [(schedule, m, hidden) for schedule in ("gpipe", "1f1b") for hidden in (64, 512) for m in (4, 8)]
@@ -55,7 +55,7 @@ def _torch_rank(rank: int, port: int, commands: Any, out: Any) -> None:
     from ..sampling import batch_indices
 
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    dist.init_process_group("gloo", store=join_store("127.0.0.1", port, 2), rank=rank, world_size=2)
     try:
         for schedule, m, hidden in iter(commands.get, None):
             config = _config(schedule, m, hidden)
@@ -89,7 +89,8 @@ class TorchPipeline:
         ctx = mp.get_context("spawn")
         self.out = ctx.Queue()
         self.commands = [ctx.Queue() for _ in range(2)]
-        port = find_free_port()
+        self.store = host_store(2)  # listening before the ranks start, on a port the OS gave it
+        port = self.store.port
         self.procs = [ctx.Process(target=_torch_rank, args=(r, port, self.commands[r], self.out), daemon=True)
                       for r in range(2)]
         for proc in self.procs:

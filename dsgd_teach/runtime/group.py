@@ -1,8 +1,10 @@
 """Process-group lifecycle: one torch.distributed rank per dask worker, formed for a run and always torn down.
 
-The driver picks the workers, finds a free port on the rank-0 worker's host, and runs a task per rank through
-`dsgd_teach.runtime.live.run_live`; each task joins the group (gloo on CPU, NCCL on GPU) with a timeout, does its work
-and calls destroy_process_group in a `finally`, so a failed or stopped run leaves no group, port or thread behind.
+The driver picks the workers, has the rank-0 worker open the group's rendezvous store on a port the OS gives it
+(port 0, listening from that moment, so no other group can take the port in between), and runs a task per rank
+through `dsgd_teach.runtime.live.run_live`; rank 0 takes the open store, the others connect to its port, each joins
+the group (gloo on CPU, NCCL on GPU) with a timeout, does its work and calls destroy_process_group in a `finally`, so
+a failed or stopped run leaves no group, port or thread behind.
 
 With pin_cores, each CPU rank runs on a core of its own, as each would have a device of its own: the rank's thread,
 and the threads its group starts (gloo's), may use only that core while the group lasts. Unpinned, the OS moves the
@@ -15,6 +17,9 @@ from __future__ import annotations
 import datetime
 import os
 import socket
+import threading
+import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -46,6 +51,7 @@ class GroupSpec:
     timeout_s: float
     workers: tuple[str, ...] = ()  # the worker address of each rank (ranks alternate hosts)
     cores: tuple[int, ...] = ()  # the core each rank is pinned to while in the group; () for none
+    store: str = ""  # the name of the rendezvous store rank 0's worker holds open on `port` ("" for none)
 
 
 def group_hosts(spec: GroupSpec) -> str:
@@ -58,6 +64,49 @@ def find_free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+#: How long a store opened by plan_group waits for its rank 0 before the next plan on that worker closes it.
+STORE_KEEP_S = 3600.0
+_open_stores: dict[str, tuple[Any, float]] = {}  # store name -> (the TCPStore, when it may be closed)
+_stores_lock = threading.Lock()
+
+
+def open_store(name: str, world: int, timeout_s: float) -> int:
+    """Open a group's rendezvous store (a TCPStore server) on a port the OS picks, kept for rank 0; its port.
+
+    The store listens from the moment the OS gives the port, so no other group can be handed that port and
+    meet this one's ranks (a port found free, closed and bound later by rank 0 could be taken in between).
+    """
+    now = time.monotonic()
+    with _stores_lock:
+        for old in [k for k, (_, until) in _open_stores.items() if until < now]:
+            del _open_stores[old]
+        store = dist.TCPStore("127.0.0.1", 0, world, is_master=True, wait_for_workers=False,
+                              timeout=datetime.timedelta(seconds=timeout_s))
+        _open_stores[name] = (store, now + STORE_KEEP_S)
+        return int(store.port)
+
+
+def take_store(name: str) -> Any:
+    """Rank 0's store, opened for it by plan_group in this worker process; a clear error when it is not here."""
+    with _stores_lock:
+        entry = _open_stores.pop(name, None)
+    if entry is None:
+        raise RuntimeError(f"the group's rendezvous store {name!r} is not open in this worker: a GroupSpec serves one "
+                           "group, and its store is lost if rank 0's worker restarted; call plan_group again")
+    return entry[0]
+
+
+def host_store(world: int, timeout_s: float = 300.0) -> Any:
+    """A rendezvous store for processes this one starts: it listens on a port the OS gives (store.port) at once."""
+    return dist.TCPStore("127.0.0.1", 0, world, is_master=True, wait_for_workers=False,
+                         timeout=datetime.timedelta(seconds=timeout_s))
+
+
+def join_store(host: str, port: int, world: int, timeout_s: float = 300.0) -> Any:
+    """A client of the rendezvous store listening on host:port (fails after timeout_s if nobody listens)."""
+    return dist.TCPStore(host, port, world, is_master=False, timeout=datetime.timedelta(seconds=timeout_s))
 
 
 def port_is_free(host: str, port: int) -> bool:
@@ -91,8 +140,9 @@ def assign_cores(placements: Sequence[tuple[str, Sequence[int]]]) -> tuple[int, 
 
 def plan_group(client: Client, world: int, device: str = "auto", timeout_s: float = 30.0,
                workers: Sequence[str] | None = None, pin_cores: bool = False) -> GroupSpec:
-    """Choose workers (or take `workers`, one per rank), backend and devices for a world of `world` ranks, a free
-    port on rank 0's host, and with pin_cores (CPU ranks, where the OS allows it) a core for each rank."""
+    """Choose workers (or take `workers`, one per rank), backend and devices for a world of `world` ranks, open the
+    group's rendezvous store on rank 0's worker, and with pin_cores (CPU ranks, where the OS allows it) a core for
+    each rank. The spec serves one group (rank 0 takes the store)."""
     if device not in DEVICES:
         raise ValueError(f"device must be one of {DEVICES}, got {device!r}")
     if workers is not None and len(workers) != world:
@@ -120,8 +170,10 @@ def plan_group(client: Client, world: int, device: str = "auto", timeout_s: floa
         asked = [client.submit(core_placement, workers=[a], pure=False) for a in addresses]
         cores = assign_cores([f.result(timeout=setup_s) for f in asked])
     host = rendezvous_host(addresses)
-    port = client.submit(find_free_port, host, workers=[addresses[0]], pure=False).result(timeout=setup_s)
-    return GroupSpec(host, port, world, "nccl" if use_cuda else "gloo", devices, timeout_s, tuple(addresses), cores)
+    name = f"dsgd-group-{uuid.uuid4().hex}"
+    port = client.submit(open_store, name, world, timeout_s, workers=[addresses[0]], pure=False).result(timeout=setup_s)
+    return GroupSpec(host, port, world, "nccl" if use_cuda else "gloo", devices, timeout_s, tuple(addresses), cores,
+                     name)
 
 
 def interface_of(ip: str) -> str | None:
@@ -168,11 +220,16 @@ def process_group(spec: GroupSpec, rank: int) -> Iterator[Comm]:
     if spec.cores:  # before joining: the threads the group starts inherit this thread's core
         os.sched_setaffinity(0, {spec.cores[rank]})
     try:
+        if not spec.store:  # a spec made by hand: rank 0 listens on spec.port (the caller keeps it free)
+            store = dist.TCPStore(spec.host, spec.port, spec.world, is_master=rank == 0, timeout=timeout)
+        elif rank == 0:
+            store = take_store(spec.store)
+        else:
+            store = join_store(spec.host, spec.port, spec.world, spec.timeout_s)
         with gloo_interface(own_host):
-            dist.init_process_group(
-                spec.backend, init_method=f"tcp://{spec.host}:{spec.port}", rank=rank, world_size=spec.world,
-                timeout=timeout, **extra,
-            )
+            dist.init_process_group(spec.backend, store=store, rank=rank, world_size=spec.world, timeout=timeout,
+                                    **extra)
+        del store  # the group keeps its own reference while it lasts
         try:
             yield Comm(rank, spec.world, device, spec.timeout_s)
         finally:
