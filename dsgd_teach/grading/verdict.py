@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,22 +43,47 @@ def partial_credit(assignment: Assignment) -> bool:
     return bool(meta.get("partial_credit", False)) if isinstance(meta, dict) else False
 
 
-def check_weights(assignment: Assignment, grade_id: str) -> list[tuple[str, float]]:
-    """(label prefix, weight) pairs from the test cell's `metadata.dsgd_teach.weights`; other checks weigh 1."""
+def _test_meta(assignment: Assignment, grade_id: str) -> dict[str, Any]:
+    """The `metadata.dsgd_teach` dict of the test cell `grade_id` ({} when it has none)."""
     for cell in assignment.notebook.cells:
         if str(cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", "")) == grade_id:
             meta = cell.get("metadata", {}).get("dsgd_teach", {})
-            weights = meta.get("weights", {}) if isinstance(meta, dict) else {}
-            if isinstance(weights, dict):
-                return [(str(k), float(v)) for k, v in weights.items()
-                        if isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0]
-    return []
+            return meta if isinstance(meta, dict) else {}
+    return {}
+
+
+def check_weights(assignment: Assignment, grade_id: str) -> list[tuple[str, float]]:
+    """(label prefix, weight) pairs from the test cell's `metadata.dsgd_teach.weights`; other checks weigh 1."""
+    weights = _test_meta(assignment, grade_id).get("weights", {})
+    if not isinstance(weights, dict):
+        return []
+    return [(str(k), float(v)) for k, v in weights.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0]
+
+
+def check_guards(assignment: Assignment, grade_id: str) -> list[str]:
+    """Label fragments of the test cell's `metadata.dsgd_teach.guards`: checks a function doing nothing passes."""
+    guards = _test_meta(assignment, grade_id).get("guards", [])
+    return [str(g) for g in guards if isinstance(g, str) and g] if isinstance(guards, list) else []
 
 
 def weight_of(label: str, weights: list[tuple[str, float]]) -> float:
     """The weight of a hidden check: that of the longest matching label prefix, else 1."""
     found = [(len(prefix), w) for prefix, w in weights if label.startswith(prefix)]
     return max(found)[1] if found else 1.0
+
+
+def credited(hidden: list[tuple[dict[str, Any], str]], guards: Sequence[str]) -> list[bool]:
+    """Which hidden checks earn their weight: a passed value check; a passed guard (an invariant such as "leaves
+    the input alone", or a value any stub gives) only when the value check reported before it passed too."""
+    out, value_ok = [], False
+    for exp, outcome in hidden:
+        if any(g in exp["label"] for g in guards):
+            out.append(outcome == "passed" and value_ok)
+        else:
+            value_ok = outcome == "passed"
+            out.append(value_ok)
+    return out
 
 
 def grade(assignment: Assignment, reference: dict[str, Any], student: dict[str, Any]) -> list[Grade]:
@@ -82,7 +108,8 @@ def grade(assignment: Assignment, reference: dict[str, Any], student: dict[str, 
             result = student.get("tests", {}).get(q.grade_id)
             reason = _failure(expected, result)
             if reason and partial:
-                points, reason = _partial(expected, result, q.points, check_weights(assignment, q.grade_id), reason)
+                points, reason = _partial(expected, result, q.points, check_weights(assignment, q.grade_id), reason,
+                                          check_guards(assignment, q.grade_id))
         except Exception as exc:  # noqa: BLE001 - a report the grader cannot compare fails its question only
             points, reason = 0.0, f"the check reports could not be compared ({type(exc).__name__})"
             problems.append(f"{q.grade_id}: {reason}")
@@ -120,21 +147,23 @@ def check_outcomes(expected: list[dict[str, Any]], result: dict[str, Any] | None
 
 
 def _partial(expected: list[dict[str, Any]], result: dict[str, Any] | None, points: float,
-             weights: list[tuple[str, float]], reason: str) -> tuple[float, str]:
-    """(points, reason) of a test that did not fully pass, under partial credit."""
+             weights: list[tuple[str, float]], reason: str, guards: Sequence[str] = ()) -> tuple[float, str]:
+    """(points, reason) of a test that did not fully pass, under partial credit: guards count only beside a
+    passing value check (`credited`), so a function that does nothing earns nothing."""
     outcomes = check_outcomes(expected, result)
     hidden = [(exp, o) for exp, o in zip(expected, outcomes or [], strict=False) if exp.get("hidden")]
     if outcomes is None or not hidden:
         return 0.0, reason
     if any(o != "passed" for exp, o in zip(expected, outcomes, strict=True) if not exp.get("hidden")):
         return 0.0, reason  # the visible checks are the gate: the student can run them before submitting
-    total = sum(weight_of(exp["label"], weights) for exp, _ in hidden)
-    won = sum(weight_of(exp["label"], weights) for exp, o in hidden if o == "passed")
-    earned = round(points * won / total, 2) if total else 0.0
     if all(o == "passed" for _, o in hidden):  # every check matched, but the cell raised afterwards
         return 0.0, reason
-    passed = sum(o == "passed" for _, o in hidden)
-    if not passed:
+    counts = credited(hidden, guards)
+    total = sum(weight_of(exp["label"], weights) for exp, _ in hidden)
+    won = sum(weight_of(exp["label"], weights) for (exp, _), c in zip(hidden, counts, strict=True) if c)
+    earned = round(points * won / total, 2) if total else 0.0
+    passed = sum(counts)
+    if not passed or not earned:
         return 0.0, reason
     missed = [f"'{exp['label']}' ({o})" for exp, o in hidden if o != "passed"][1:]  # the first is in `reason`
     listed = ", ".join(missed[:3]) + (f" and {len(missed) - 3} more" if len(missed) > 3 else "")

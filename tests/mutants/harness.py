@@ -88,8 +88,10 @@ def cells(a: Assignment, mode: str, code: str = "") -> list[tuple[str, str | Non
     return out
 
 
-def run(a: Assignment, mode: str, seed: int, code: str = "") -> dict[str, Any]:
-    """Execute the notebook in-process; returns the report a worker would send (tests, cell_errors)."""
+def run(a: Assignment, mode: str, seed: int, code: str = "", *, plan: list[tuple[str, str | None]] | None = None,
+        extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Execute the notebook in-process (or the cells of `plan`, with `extra` in the namespace); returns the report a
+    worker would send (tests, cell_errors)."""
     records: list[dict[str, Any]] = []
 
     def _record(label: Any, got: Any) -> None:
@@ -108,7 +110,7 @@ def run(a: Assignment, mode: str, seed: int, code: str = "") -> dict[str, Any]:
         records.append({"label": str(label), "value": exp, "rtol": rtol, "atol": atol, "hidden": hidden,
                         "hint": hint, "solution_ok": ok})
 
-    ns: dict[str, Any] = {"__name__": "__main__", "_dsgd_record": _record, "_dsgd_reference": _reference}
+    ns: dict[str, Any] = {"__name__": "__main__", "_dsgd_record": _record, "_dsgd_reference": _reference, **(extra or {})}
     tests: dict[str, Any] = {}
     errors = []
     old = os.environ.get("DSGD_GRADER_SEED")
@@ -116,7 +118,7 @@ def run(a: Assignment, mode: str, seed: int, code: str = "") -> dict[str, Any]:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            for index, (source, gid) in enumerate(cells(a, mode, code)):
+            for index, (source, gid) in enumerate(cells(a, mode, code) if plan is None else plan):
                 records.clear()
                 status, error = "ok", ""
                 try:
