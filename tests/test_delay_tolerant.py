@@ -58,8 +58,10 @@ def test_dcasgd_by_hand() -> None:
 
 def test_staleness_aware_by_hand() -> None:
     rule = make_optimizer("staleness_aware", 1)
-    assert rule.scale(2, 5) == pytest.approx(1 / 3) and rule.scale(5, 5) == 1.0 and rule.scale(None, 7) == 1.0
-    np.testing.assert_allclose(rule.apply(_w(1.0), _w(3.0), 0.3, version_read=2, version=5), [0.7], rtol=1e-6)
+    # lr / (tau + 1): tau = 3 updates missed, divisor 4 (ps.optimizers.staleness_aware_scale)
+    assert rule.scale(2, 5) == pytest.approx(1 / 4) and rule.scale(5, 5) == 1.0 and rule.scale(None, 7) == 1.0
+    assert rule.scale(4, 5) == pytest.approx(1 / 2)
+    np.testing.assert_allclose(rule.apply(_w(1.0), _w(3.0), 0.3, version_read=2, version=5), [0.775], rtol=1e-6)
 
 
 def test_adarevision_with_zero_delay_is_adagrad_bit_for_bit() -> None:

@@ -6,6 +6,7 @@ functions are in dsgd_teach/sim/formulas.py. Each test names the statement it gu
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -15,6 +16,16 @@ from test_prose import cells, chapter, text
 from dsgd_teach.sim import formulas
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def _plain(path: str) -> str:
+    """A course file's text; for a notebook, its cells' sources joined (so LaTeX reads as written)."""
+    from test_prose import _read
+
+    raw = _read(path)
+    if path.endswith(".ipynb") and raw:
+        return "\n".join("".join(c["source"]) for c in json.loads(raw)["cells"])
+    return raw
 
 
 def _bench_figures() -> dict[str, float]:
@@ -66,3 +77,41 @@ def test_chapter_05_quotes_the_cost_models_prediction_and_the_measured_ratio_agr
         measured = figures[f"shaped_hosts.star_over_ring_{n}ranks_ratio"]
         assert measured == pytest.approx(measured_q[i], abs=0.005)
         assert abs(measured / predicted - 1) <= tolerance, (n, measured, predicted)
+
+
+# --- chapters 04 and 10: one staleness, one staleness-aware rule ---------------------------------------------
+
+STALENESS_TEXTS = ["course/NOTATION.md", "course/solutions/04_sync_async_solutions.md",
+                   "course/solutions/10_at_scale_solutions.md",
+                   "course/assignments/source/ps04_syncasync/ps04_syncasync.ipynb",
+                   "course/assignments/source/ps10_sim/ps10_sim.ipynb"]
+
+
+def test_the_staleness_aware_rule_is_lr_over_tau_plus_one_everywhere():
+    """Zhang et al. (2015, section 3): sigma = i - j is our tau; their learners pull before their own gradient lands,
+    so their alpha_0 / sigma becomes lr / (tau + 1) on the course's protocol. Chapter 04, the server, the simulator,
+    ps04 and NOTATION all say so; the old lr / max(1, tau), which left tau <= 1 untouched, is nowhere."""
+    from dsgd_teach.ps.optimizers import ServerStalenessAware, staleness_aware_scale
+
+    for tau in range(6):
+        assert staleness_aware_scale(tau) == pytest.approx(1 / (tau + 1))
+        assert formulas.staleness_aware_step(0.6, tau) == pytest.approx(0.6 / (tau + 1))
+        assert ServerStalenessAware().scale(10, 10 + tau) == pytest.approx(1 / (tau + 1))  # server: version - read
+        assert formulas.staleness(10, 10 + tau + 1) == tau
+    body = text(chapter("04"))
+    assert r"\frac{\eta}{\tau_t + 1}" in body, "chapter 04 does not state the rule lr / (tau + 1)"
+    assert r"\sigma = i - j" in body and "protocol" in body
+    assert "the same schedule counted differently" not in body
+    for name in (chapter("04"), chapter("10")):
+        assert not re.search(r"\\frac\{\\eta\}\{\\max\(1", text(name)), f"{name} states lr / max(1, tau)"
+    for path in STALENESS_TEXTS:
+        assert not re.search(r"\\frac\{\\eta\}\{\\max\(1|/ max\(1, (?:tau|\\tau|v - r|version - read)",
+                             _plain(path)), f"{path} still divides by max(1, tau)"
+    assert r"\frac{\eta}{\tau + 1}" in _plain(STALENESS_TEXTS[3]), "ps04 does not state lr / (tau + 1)"
+    assert r"$\eta/(\tau + 1)$" in _plain("course/NOTATION.md")
+
+
+def test_round_robin_staleness_is_n_minus_one():
+    body = text(chapter("10"))
+    assert "exactly $N-1$ updates old" in body
+    assert formulas.round_robin_staleness(1000) == 999

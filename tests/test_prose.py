@@ -154,9 +154,11 @@ def test_fedavg_defines_its_weights_and_reads_table_2_plainly():
 
 
 def test_staleness_counting_convention_is_explained():
+    """Zhang et al.'s sigma = i - j is our tau; their mean of N comes from their protocol, not from the count."""
     body = text(chapter("10"))
     assert "report exactly this" not in body
-    assert "own update" in body and "N-1" in body.replace(" ", "")
+    assert "N-1" in body.replace(" ", "") and "\\sigma = i - j" in body and "protocol" in body
+    assert "count that also includes the worker's own update" not in body
 
 
 # --- numbers in the prose ----------------------------------------------------------------------------------

@@ -135,7 +135,7 @@ def test_equal_speed_async_workers_have_staleness_n_minus_1() -> None:
 def test_staleness_aware_rule_scales_the_step() -> None:
     config = SimConfig(algorithm="async", mode="real", workers=4, steps=40, staleness_aware=True, compute_cv=0.3)
     pushes = run_simulated(config).trace.query("event == 'push'")
-    np.testing.assert_allclose(pushes.lr_scale, 1.0 / np.maximum(1, pushes.staleness))
+    np.testing.assert_allclose(pushes.lr_scale, 1.0 / (pushes.staleness + 1))
     plain = run_simulated(config.replace(staleness_aware=False)).trace.query("event == 'push'")
     assert (plain.lr_scale == 1.0).all()
 

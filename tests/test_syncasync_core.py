@@ -217,8 +217,8 @@ def test_async_server_accounting_on_a_scripted_interleaving() -> None:
     seen, params = asyncio.run(script(False))
     assert seen == [(0, 1, 0), (0, 2, 1), (1, 3, 1), (1, 4, 2), (4, 5, 0)]
     np.testing.assert_array_equal(params, -np.array([1, 2, 1, 1], np.float32))
-    _, params = asyncio.run(script(True))  # lr / max(1, staleness)
-    np.testing.assert_allclose(params, -np.array([1.0, 2.0, 0.5, 1.0], np.float32))
+    _, params = asyncio.run(script(True))  # lr / (staleness + 1)
+    np.testing.assert_allclose(params, -np.array([0.5, 2.0, 1 / 3, 0.5], np.float32), rtol=1e-6)
 
 
 # ----------------------------------------------------------------------------------------------- 1-bit SGD

@@ -2,7 +2,7 @@
 
 * ``sgd``: w <- w - lr g.
 * ``adagrad`` (Duchi et al. 2011), as DistBelief ran it per parameter.
-* ``staleness_aware`` (Zhang et al. 2015): the step lr / max(1, tau).
+* ``staleness_aware`` (Zhang, Gupta, Lian & Liu 2015): the step lr / (tau + 1), see staleness_aware_scale.
 * ``adarevision`` (McMahan & Streeter 2014): AdaGrad that also revises the step it gave the gradients which
   landed while this one was being computed.
 * ``dcasgd`` (Zheng et al. 2017): delay-compensated ASGD, g + lambda g*g*(w_now - w_read).
@@ -64,6 +64,23 @@ def staleness(version_read: int | None, version: int | None) -> int:
     return max(0, int(version) - int(version_read))
 
 
+def staleness_aware_scale(tau: int) -> float:
+    """The staleness-aware rule's factor on the learning rate for a gradient tau updates stale: 1 / (tau + 1).
+
+    Zhang, Gupta, Lian & Liu (2015, arXiv:1511.05950; IJCAI 2016; section 3) define the staleness of a gradient
+    computed on weights W_j and applied to weights W_i as sigma = i - j: the same count as our tau (i is the
+    version the gradient is applied to, v_applied - 1; j the version read). What differs is their protocol: a
+    learner pushes its gradient and pulls new weights without waiting for that gradient to be applied (under
+    n-softsync it waits at the server until c = lambda/n gradients have arrived), so each gradient has also missed
+    its own learner's previous one, and they measure a mean sigma of about n (about N learners, each gradient
+    applied on arrival). Our workers read only after their own write has landed, so the same rule applied to
+    our tau would divide by about N - 1 and leave every step with tau <= 1 unchanged (at N = 2, nearly all). The
+    course therefore divides by tau + 1 = v_applied - v_read, the updates from the read up to and including this
+    one: a gradient that missed nothing keeps lr, and the mean divisor is about N, as in the paper's runs.
+    """
+    return 1.0 / (max(0, int(tau)) + 1)
+
+
 class ServerSGD:
     """w <- w - lr * g."""
 
@@ -98,12 +115,12 @@ class ServerSGD:
 
 
 class ServerStalenessAware(ServerSGD):
-    """Zhang et al. (2015): a gradient tau updates stale gets the step lr / max(1, tau)."""
+    """Zhang, Gupta, Lian & Liu (2015): a gradient tau updates stale gets the step lr / (tau + 1)."""
 
     name = "staleness_aware"
 
     def scale(self, version_read: int | None, version: int | None) -> float:
-        return 1.0 / max(1, staleness(version_read, version))
+        return staleness_aware_scale(staleness(version_read, version))
 
 
 class ServerDCASGD(ServerSGD):

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import simpy
 
-from ..ps.optimizers import MAX_READS, make_optimizer
+from ..ps.optimizers import MAX_READS, make_optimizer, staleness_aware_scale
 from ..syncasync.schedule import StalenessGate
 from .engine import SimRun
 from .network import ServerPorts
@@ -123,7 +123,7 @@ class AsyncSim(SimRun):
         """The gate admitted rank's write: apply it with the server's rule and record the push."""
         cfg = self.config
         job = self.waiting.pop(rank)
-        scale = 1.0 / max(1, staleness) if cfg.rule == "staleness_aware" else 1.0
+        scale = staleness_aware_scale(staleness) if cfg.rule == "staleness_aware" else 1.0
         if job["grad"] is not None:
             self.w = self.rule.apply(self.w, job["grad"], cfg.lr, read, applied - 1)
         snap = {"params": self.w} if self.snapshot_due(applied, cfg.steps) else {}

@@ -30,3 +30,27 @@ def star_over_ring_time(n: int, alpha: float, beta: float, nbytes: float) -> flo
 def star_over_ring_load(n: int) -> Fraction:
     """Bytes the star's rank 0 sends, (N-1)K, over what a ring rank sends, 2(N-1)K/N: N/2 (a load, not a time)."""
     return Fraction(n - 1) / Fraction(2 * (n - 1), n)
+
+
+# --- chapters 04 and 10: staleness ---------------------------------------------------------------------------
+
+
+def staleness(version_read: int, version_applied: int) -> int:
+    """tau = v_applied - 1 - v_read: updates other workers applied between a read and the write of its gradient.
+
+    Zhang et al.'s sigma = i - j (computed on W_j, applied to W_i, so j = v_read and i = v_applied - 1) is this count.
+    """
+    return version_applied - 1 - version_read
+
+
+def staleness_aware_step(lr: float, tau: int) -> float:
+    """The staleness-aware server's step for a gradient tau updates stale: lr / (tau + 1) (ps/optimizers.py's rule)."""
+    from ..ps.optimizers import staleness_aware_scale
+
+    return lr * staleness_aware_scale(tau)
+
+
+def round_robin_staleness(n: int) -> int:
+    """Staleness of every gradient once N equal workers land in a fixed order: N - 1 (Zhang et al. measure N,
+    because their learners pull before their own previous gradient lands)."""
+    return n - 1

@@ -169,8 +169,8 @@ class AsyncServer(_Waitable):
 
     The update is chapter 03's server-side rule `optimizer` (see dsgd_teach/ps/optimizers.py: SGD, AdaGrad,
     AdaRevision, delay-compensated ASGD), given the staleness measured here; `staleness_aware` is the rule
-    lr / max(1, staleness) (Zhang et al. 2015). `bound` (None = unbounded) makes readers and writers wait at
-    StalenessGate so no gradient is staler than the bound.
+    lr / (staleness + 1) (Zhang et al. 2015; ps.optimizers.staleness_aware_scale). `bound` (None = unbounded)
+    makes readers and writers wait at StalenessGate so no gradient is staler than the bound.
     """
 
     def __init__(

@@ -2,7 +2,7 @@
 
 Each gradient was computed from parameters some updates old; its staleness (version_applied - 1 - version_read)
 is measured exactly at the server. The server's update rule (`optimizer`, shared with chapter 03 and the
-simulator: SGD, AdaGrad, AdaRevision, delay-compensated ASGD, or the staleness-aware step lr / max(1, staleness)
+simulator: SGD, AdaGrad, AdaRevision, delay-compensated ASGD, or the staleness-aware step lr / (staleness + 1)
 of Zhang et al. 2015) uses that measured delay; a staleness bound (StalenessGate) caps it. The default server is
 this chapter's AsyncServer actor, which decides both atomically when a gradient lands; server="ps" reuses
 chapter 03's ShardedServer instead (every rule, but no staleness bound).

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from ..ps import ShardedServer
+from ..ps.optimizers import staleness_aware_scale
 
 
 class PsAsAsyncServer:
@@ -45,7 +46,7 @@ class PsAsAsyncServer:
         snapshot = self.eval_every and (applied % self.eval_every == 0 or applied == self.updates)
         return {
             "status": "applied", "version_read": versions[0], "version_applied": applied, "staleness": tau,
-            "scale": 1.0 / max(1, tau) if self.staleness_aware else 1.0, "bytes": sum(r["bytes"] for r in receipts),
+            "scale": staleness_aware_scale(tau) if self.staleness_aware else 1.0, "bytes": sum(r["bytes"] for r in receipts),
             "params": self.server.pull()[0] if snapshot else None,
         }
 

@@ -5,6 +5,7 @@ Each variant's code redefines only the functions it changes; the rest of the not
 
 from __future__ import annotations
 
+from .boundary import VARIANTS as BOUNDARY_VARIANTS
 from .harness import R, Variant, W
 from .ps12_sharding import PS12
 
@@ -324,7 +325,7 @@ def async_sgd(w0, grad_fn, compute_times, n_updates, base_lr):
         i = min(range(len(reads)), key=lambda j: (reads[j][0], j))
         done, version_read, w_read = reads[i]
         tau = version - version_read
-        w = w - base_lr / max(1, tau) * np.asarray(grad_fn(w_read), dtype=float)
+        w = w - base_lr / (tau + 1) * np.asarray(grad_fn(w_read), dtype=float)
         version += 1
         log.append((i, tau))
         reads[i] = (done + compute_times[i], version, w.copy())
@@ -361,7 +362,7 @@ def async_apply(w0, updates, base_lr):
     w, taus = np.asarray(w0, dtype=float), []
     for version, (grad, version_read) in enumerate(updates):
         tau = version - version_read
-        w -= base_lr / max(1, tau) * np.asarray(grad, dtype=float)
+        w -= base_lr / (tau + 1) * np.asarray(grad, dtype=float)
         taus.append(tau)
     return w, taus
 """),
@@ -370,11 +371,21 @@ def async_apply(w0, updates, base_lr):
     w, taus = np.array(w0, dtype=float), []
     for version, (grad, version_read) in enumerate(updates, start=1):
         tau = version - version_read
-        w -= base_lr / max(1, tau) * np.asarray(grad, dtype=float)
+        w -= base_lr / (tau + 1) * np.asarray(grad, dtype=float)
         taus.append(tau)
     return w, taus
 """),
-    W("async_sgd: rate divided by 1 + staleness", "q2", _ASYNC.replace("max(1, tau)", "(1 + tau)")),
+    W("async_sgd: rate divided by max(1, staleness), so tau = 1 keeps the full rate", "q2",
+      _ASYNC.replace("(tau + 1)", "max(1, tau)")),
+    W("async_apply: rate divided by the staleness alone, guarded at 0", "q2", """
+def async_apply(w0, updates, base_lr):
+    w, taus = np.array(w0, dtype=float), []
+    for version, (grad, version_read) in enumerate(updates):
+        tau = version - version_read
+        w = w - base_lr / max(1, tau) * np.asarray(grad, dtype=float)
+        taus.append(tau)
+    return w, taus
+"""),
     W("async_sgd: gradient of the server's current parameters, not the ones read", "q2",
       _ASYNC.replace("grad_fn(w_read)", "grad_fn(w)")),
     W("async_sgd: simultaneous finishes in the order the workers were rescheduled", "q2", """
@@ -386,7 +397,7 @@ def async_sgd(w0, grad_fn, compute_times, n_updates, base_lr):
     heapq.heapify(heap)
     while len(log) < n_updates:
         t, _, i, read, w_read = heapq.heappop(heap)
-        w = w - base_lr / max(1, version - read) * np.asarray(grad_fn(w_read), dtype=float)
+        w = w - base_lr / (version - read + 1) * np.asarray(grad_fn(w_read), dtype=float)
         log.append((i, version - read))
         version += 1
         heapq.heappush(heap, (t + compute_times[i], seq, i, version, w.copy()))
@@ -419,7 +430,7 @@ def async_apply(w0, updates, base_lr):
     version, taus = 0, []
     for grad, version_read in updates:
         taus.append(version - version_read)
-        lr = base_lr if taus[-1] <= 1 else base_lr / taus[-1]
+        lr = base_lr if taus[-1] == 0 else base_lr / (taus[-1] + 1)
         w = w - lr * np.asarray(grad, dtype=float)
         version += 1
     return w, taus
@@ -435,7 +446,7 @@ def async_sgd(w0, grad_fn, compute_times, n_updates, base_lr):
     while len(log) < n_updates:
         t, i, read, w_read = heapq.heappop(heap)
         tau = len(log) - read
-        w = w - base_lr / max(1, tau) * np.asarray(grad_fn(w_read), dtype=float)
+        w = w - base_lr / (tau + 1) * np.asarray(grad_fn(w_read), dtype=float)
         log.append((i, tau))
         heapq.heappush(heap, (t + compute_times[i], i, len(log), w.copy()))
     return w, log
@@ -451,7 +462,7 @@ def async_sgd(w0, grad_fn, compute_times, n_updates, base_lr):
             if finish[i] == now and len(log) < n_updates:
                 v, w_read = read[i]
                 g = np.asarray(grad_fn(w_read), dtype=float)
-                w = w - base_lr * g / max(1, version - v)
+                w = w - base_lr * g / (version - v + 1)
                 log.append((i, version - v))
                 version += 1
                 read[i] = (version, w.copy())
@@ -1255,3 +1266,5 @@ CATALOG: dict[str, list[Variant]] = {
     "ps11_ring_comm": PS11,
     "ps12_sharding": PS12,
 }
+for _name, _extra in BOUNDARY_VARIANTS.items():
+    CATALOG[_name] = CATALOG[_name] + _extra
