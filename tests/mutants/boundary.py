@@ -1,0 +1,17 @@
+"""The boundary classes of issue 45 and, per assignment and question, the wrong solution of each class the mutation
+suite grades (or why the class does not apply)."""
+
+from __future__ import annotations
+
+from . import edges_c
+
+CLASSES = {
+    "order": "ordering with several elements",
+    "dtype": "integer or non-float64 inputs where code could assume floats",
+    "itemsize": "byte counts from an element size",
+    "limit": "answers at the limits of a search or a range",
+    "edge": "other edges the question's text allows",
+}
+
+COVERAGE: dict[str, dict[str, dict[str, str]]] = {**edges_c.COVERAGE}
+VARIANTS = {"ps09_onebit": edges_c.PS09}
