@@ -3,7 +3,7 @@ suite grades (or why the class does not apply)."""
 
 from __future__ import annotations
 
-from . import edges_c
+from . import edges_a, edges_c
 
 CLASSES = {
     "order": "ordering with several elements",
@@ -13,5 +13,5 @@ CLASSES = {
     "edge": "other edges the question's text allows",
 }
 
-COVERAGE: dict[str, dict[str, dict[str, str]]] = {**edges_c.COVERAGE}
-VARIANTS = {"ps09_onebit": edges_c.PS09}
+COVERAGE: dict[str, dict[str, dict[str, str]]] = {**edges_a.COVERAGE, **edges_c.COVERAGE}
+VARIANTS = {"ps04_syncasync": edges_a.PS04, "ps09_onebit": edges_c.PS09}
