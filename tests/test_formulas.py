@@ -115,3 +115,49 @@ def test_round_robin_staleness_is_n_minus_one():
     body = text(chapter("10"))
     assert "exactly $N-1$ updates old" in body
     assert formulas.round_robin_staleness(1000) == 999
+
+
+# --- chapter 10: the 70B fit and what overlap hides --------------------------------------------------------------
+
+
+def test_chapter_10s_70b_answer_is_fit_py_with_the_rebuilt_layer_and_the_buffers():
+    """'ZeRO-3 fits from N = 15 (79.8 GiB: 64.3 states, 5.0 checkpoints, 6.1 rebuilt layer, 4.5 buffers)' is what
+    fewest_gpus and fit.py give; the old 'N = 13 (79 GiB)' left out Korthikanti's rebuilt layer and the gathered
+    units (chapter 09 counts both)."""
+    from dsgd_teach.sharded.fit import will_it_fit
+    from dsgd_teach.sim import TRANSFORMERS, ShardedSimConfig, fewest_gpus, simulate_sharded_step
+
+    cell = next(c for c in cells(chapter("10")) if c.startswith("**The answer.**"))
+    m = re.search(r"ZeRO-3 fits from \$N = (\d+)\$ \(([\d.]+) GiB per GPU: ([\d.]+) GiB of model states, ([\d.]+) of "
+                  r"kept checkpoints, ([\d.]+) for the layer rebuilt in backward, ([\d.]+) of buffers\)", cell)
+    assert m, cell[:300]
+    n = int(m.group(1))
+    table = fewest_gpus("70B")
+    assert table.fewest_gpus.isna().tolist() == [True, True, True, False]
+    assert n == int(table.fewest_gpus.iloc[3])
+    c = ShardedSimConfig(workers=n)
+    row = simulate_sharded_step(c)
+    for group, key in zip(range(2, 7), ("total_gib", "states_gib", "activations_gib", "rebuilt_gib", "buffers_gib"),
+                          strict=True):
+        assert float(m.group(group)) == pytest.approx(row[key], abs=0.051), key
+    fit = will_it_fit(TRANSFORMERS["70B"][0], n, 3, c.microbatch, c.seq, c.checkpoint, gpu_gib=80.0)
+    assert fit["fits"] and fit["total_gib"] == row["total_gib"]
+    assert not will_it_fit(TRANSFORMERS["70B"][0], n - 1, 3, c.microbatch, c.seq, c.checkpoint)["fits"]
+    assert "ZeRO-3 fits from $N = 13$ (79 GiB" not in cell
+
+
+def test_chapter_10_says_stages_1_to_3_lose_the_same_time_and_ddp_none():
+    """ZeRO-1/2's all-gather runs after the optimizer step (Rajbhandari et al. 2020, section 7.2.1): overlapped, stages
+    1-3 take the same step, DDP hides everything behind backward (sim/sharded.py)."""
+    from dsgd_teach.sim import ShardedSimConfig, simulate_sharded_step
+
+    body = text(chapter("10"))
+    assert "*after* the optimizer step" in body
+    assert "hidden behind the backward pass when overlapped" not in body
+    rows = {s: simulate_sharded_step(ShardedSimConfig(workers=1024, stage=s)) for s in range(4)}
+    lost = float(re.search(r"stages 1, 2 and 3 all take about ([\d.]+) s longer than DDP's step", body).group(1))
+    for s in (1, 2, 3):
+        assert rows[s]["step_s"] - rows[0]["step_s"] == pytest.approx(lost, abs=0.1), s
+    assert rows[0]["exposed_comm_s"] == pytest.approx(0.0, abs=1e-9)
+    computes = float(re.search(r"each step computes for ([\d.]+) s", body).group(1))
+    assert rows[0]["compute_s"] == pytest.approx(computes, abs=0.05)

@@ -63,6 +63,15 @@ def test_communication_is_the_rings_closed_form():
     assert simulate_sharded_step(ShardedSimConfig(workers=1))["comm_s"] == 0.0
 
 
+def test_only_ddp_hides_all_its_traffic_in_backward():
+    """ZeRO-1/2 all-gather the parameters after the optimizer step (Rajbhandari et al. 2020, section 7.2.1), so that
+    gather cannot run under backward; overlapped, stages 1-3 lose the same time, plain DDP none."""
+    rows = {s: simulate_sharded_step(ShardedSimConfig(workers=1024, stage=s)) for s in range(4)}
+    assert rows[0]["step_s"] == pytest.approx(rows[0]["compute_s"])  # 2 phases under an 8Ψ-per-token backward
+    assert rows[1]["step_s"] == pytest.approx(rows[2]["step_s"]) == pytest.approx(rows[3]["step_s"])
+    assert rows[1]["exposed_comm_s"] > 1.0
+
+
 def test_compute_and_overlap():
     """6Ψ FLOPs per token (8Ψ with recomputation); overlap hides each pass's traffic behind that pass's compute."""
     for checkpoint, flops in ((False, 6), (True, 8)):
@@ -90,7 +99,12 @@ def test_a_70b_model_fits_on_80_gib_only_with_zero_3():
     n = int(table.fewest_gpus.iloc[3])
     c = ShardedSimConfig()
     fit = [will_it_fit(SEVENTY, m, 3, c.microbatch, c.seq, c.checkpoint, gpu_gib=80.0)["fits"] for m in (n - 1, n)]
-    assert fit == [False, True] and n == 13
+    assert fit == [False, True] and n == 15  # with the layer rebuilt in backward and ZeRO-3's buffers
+    there = simulate_sharded_step(c.replace(workers=n))
+    assert there["rebuilt_gib"] == pytest.approx(4096 * 8192 * (34 + 5 * 64 * 4096 / 8192) / GIB)  # s b h (34 + 5as/h)
+    assert there["buffers_gib"] == pytest.approx((2 + 2 * 2) * 12 * 8192**2 / GIB)  # a unit's gradient, two gathered
+    bare = there["total_gib"] - there["rebuilt_gib"] - there["buffers_gib"]
+    assert bare < 80 and simulate_sharded_step(c.replace(workers=13))["total_gib"] > 80  # 13 only without them
     assert not will_it_fit(SEVENTY, 1024, 2, c.microbatch, c.seq, c.checkpoint)["fits"]  # 2Ψ of bf16 alone: 120 GiB
     assert fewest_gpus("70B", checkpoint=False).fewest_gpus.isna().all()  # s b h (34 + 5as/h) per layer: 485 GiB
 

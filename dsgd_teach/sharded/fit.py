@@ -4,6 +4,16 @@ Model states follow Rajbhandari et al. 2020 (section 3.1): with mixed-precision 
 2 of gradients and K = 12 of optimizer state (fp32 master, momentum, variance) per parameter; plain fp32 Adam is
 4 + 4 + 8. ZeRO divides them by N stage by stage. Activations of a transformer layer follow Korthikanti et al.
 2022 (their eq. 1, no tensor parallelism): s b h (34 + 5 a s / h) bytes, or 2 s b h with every layer checkpointed.
+
+Symbols as in Korthikanti et al.: s the sequence length in tokens, b the microbatch in sequences, h the hidden
+size, a the attention heads (NOTATION.md lists them). Two more terms decide whether a model fits, and chapter 09
+measures both on its own ranks:
+* under full checkpointing, backward reruns one layer's forward and holds all of that layer's activations while it
+  computes the layer's gradients: s b h (34 + 5 a s / h) bytes on top of the 2 s b h L kept checkpoints
+  (`rebuilt_layer`);
+* ZeRO's temporary buffers (Rajbhandari et al. 2020, section 3.2, residual memory): from stage 2 on, one unit's
+  full gradient waits for its reduce-scatter; stage 3 also holds gathered units of parameters, the one computing
+  and the next one prefetched (FSDP's unit is a transformer layer, Zhao et al. 2023), `buffer_bytes`.
 """
 
 from __future__ import annotations
@@ -46,13 +56,44 @@ def activations(model: Model, microbatch: int, seq: int, checkpoint: bool) -> fl
     return model.layers * per_layer
 
 
+def rebuilt_layer(model: Model, microbatch: int, seq: int) -> float:
+    """Bytes of the one layer that backward rebuilds under full checkpointing: s b h (34 + 5 a s / h) (Korthikanti
+    et al. 2022, eq. 1, one layer), held beside the kept checkpoints while that layer's gradients are computed."""
+    s, b, h, a = seq, microbatch, model.hidden, model.heads
+    return s * b * h * (34 + 5 * a * s / h)
+
+
+def unit_params(model: Model) -> int:
+    """Parameters of one sharding unit, a transformer layer: 12 h^2 (attention 4h^2, MLP 8h^2)."""
+    return 12 * model.hidden**2
+
+
+#: Units of parameters a ZeRO-3 rank holds gathered at once: the one computing and the next one prefetched.
+GATHERED_UNITS = 2
+
+
+def buffer_bytes(model: Model, stage: int, precision: str = "mixed") -> float:
+    """ZeRO's temporary buffers per GPU beyond the model states (Rajbhandari et al. 2020, section 3.2).
+
+    Stage 0 and 1 keep the full gradient anyway (counted in the states). From stage 2 on, one unit's full gradient
+    waits for its reduce-scatter; stage 3 also holds GATHERED_UNITS units of parameters, all-gathered in full.
+    """
+    p, g, _ = BYTES[precision]
+    unit = unit_params(model)
+    return (g * unit if stage >= 2 else 0) + (GATHERED_UNITS * p * unit if stage >= 3 else 0)
+
+
 def will_it_fit(model: Model, n: int, stage: int, microbatch: int = 1, seq: int = 2048, checkpoint: bool = False,
                 precision: str = "mixed", gpu_gib: float = 80.0) -> dict[str, float | bool]:
-    """Memory per GPU (GiB) split into model states and activations, bytes sent per step, and whether it fits."""
+    """Memory per GPU (GiB): model states, kept activations, the layer rebuilt during backward (with checkpointing)
+    and ZeRO's temporary buffers; bytes sent per step, and whether it fits."""
     states = model_states(model.params, n, stage, precision)
     act = activations(model, microbatch, seq, checkpoint)
+    rebuilt = rebuilt_layer(model, microbatch, seq) if checkpoint else 0.0
+    buffers = buffer_bytes(model, stage, precision)
     elem = BYTES[precision][1]
     sent = (3 if stage == 3 else 2) * model.params * (n - 1) / n * elem
-    total = states["total"] + act
+    total = states["total"] + act + rebuilt + buffers
     return {"params": model.params, "states_gib": states["total"] / GIB, "activations_gib": act / GIB,
+            "rebuilt_gib": rebuilt / GIB, "buffers_gib": buffers / GIB,
             "total_gib": total / GIB, "sent_gib_per_step": sent / GIB, "fits": total <= gpu_gib * GIB}

@@ -20,7 +20,9 @@ def fit_table(model: str, n: int, stage: int, precision: str, microbatch: int, s
     verdict = "fits" if r["fits"] else "does NOT fit"
     return (f"<table><tr><td>parameters</td><td>{r['params'] / 1e9:.2f} B</td></tr>"
             f"<tr><td>model states per GPU</td><td>{r['states_gib']:.1f} GiB</td></tr>"
-            f"<tr><td>activations per GPU</td><td>{r['activations_gib']:.1f} GiB</td></tr>"
+            f"<tr><td>activations kept per GPU</td><td>{r['activations_gib']:.1f} GiB</td></tr>"
+            f"<tr><td>layer rebuilt in backward</td><td>{r['rebuilt_gib']:.1f} GiB</td></tr>"
+            f"<tr><td>ZeRO buffers (gathered units, one gradient)</td><td>{r['buffers_gib']:.1f} GiB</td></tr>"
             f"<tr><td><b>total per GPU</b></td><td><b>{r['total_gib']:.1f} GiB: {verdict} in {gpu_gib:g} GiB</b></td></tr>"
             f"<tr><td>sent per GPU per step</td><td>{r['sent_gib_per_step']:.1f} GiB</td></tr></table>")
 

@@ -1,15 +1,23 @@
 """One data-parallel training step of a large transformer at scale, per ZeRO stage, for N up to 1024 GPUs.
 
 Memory and traffic per GPU are chapter 09's accounting (`sharded.fit`, `sharded.zero.traffic_formula`:
-Rajbhandari et al. 2020, section 5, for the model states; Korthikanti et al. 2022, eq. 1, for the activations),
-called here, not copied. The step's time is compute plus communication. Compute is 6Ψ FLOPs per token (Kaplan et al. 2020,
+Rajbhandari et al. 2020, section 5, for the model states and section 3.2 for the temporary buffers, one unit's
+gradient and the gathered units; Korthikanti et al. 2022, eq. 1, for the activations, with the layer that backward
+rebuilds under checkpointing), called here, not copied. The step's time is compute plus communication. Compute is 6Ψ FLOPs per token (Kaplan et al. 2020,
 section 2.1, whose N is our Ψ): 2Ψ forward, 4Ψ backward, and 2Ψ more in the backward pass when every layer is
 recomputed (full checkpointing: 8Ψ), at an achievable FLOP/s. Communication runs the simulator's α–β link
-(AlphaBetaNet) over chapter 05's ring schedule, Ψ elements of the gradient's precision: a reduce-scatter and an
-all-gather for stages 0-2 (one ring allreduce, N-1 steps each), one more all-gather before the forward pass for
-stage 3. Without overlap the step is the sum of all; with overlap a pass's communication hides behind that pass's
-compute (the forward all-gather behind the forward, the rest behind the backward), so each pass takes the longer
-of the two. One collective per phase over the whole model: bucketing by layer adds only latency terms.
+(AlphaBetaNet) over chapter 05's ring schedule, Ψ elements of the gradient's precision, one ring phase (N-1 steps)
+per collective. When each collective runs decides what overlap can hide:
+* ZeRO-0 (DDP) allreduces the gradients bucket by bucket during backward: both phases hide behind backward;
+* ZeRO-1 and 2 reduce-scatter the gradients during backward, then each rank updates its shard, and only after that
+  optimizer step are the new parameters all-gathered (Rajbhandari et al. 2020, sections 5.1-5.2 and 7.2.1): that
+  gather cannot hide behind this step's backward; at best it runs unit by unit under the next forward, like
+  stage 3's;
+* ZeRO-3 all-gathers each unit before its forward (under the forward) and again before its backward, and
+  reduce-scatters the gradients (both under the backward; section 7.2.2).
+Without overlap the step is the sum of all; with overlap each pass takes the longer of its compute and the
+traffic that runs under it. One collective per phase over the whole model: bucketing by layer adds only latency
+terms.
 """
 
 from __future__ import annotations
@@ -22,7 +30,7 @@ import pandas as pd
 
 from ..collectives.cost_model import schedule_steps
 from ..config import Config, check_bool, check_choice, check_float, check_int
-from ..sharded.fit import BYTES, GIB, Model, activations, model_states
+from ..sharded.fit import BYTES, GIB, Model, activations, buffer_bytes, model_states, rebuilt_layer
 from ..sharded.zero import traffic_formula
 from .network import AlphaBetaNet
 
@@ -95,16 +103,29 @@ def ring_phase_s(net: AlphaBetaNet, n: int, elements: int, itemsize: int) -> flo
     return sum(net.message_s(b) for b in schedule_steps("ring", n, elements, itemsize)[: n - 1])
 
 
+def phases_under_passes(stage: int) -> tuple[int, int]:
+    """(ring phases under the forward pass, under the backward pass) of one step under ZeRO `stage`.
+
+    DDP: (0, 2), the allreduce during backward. ZeRO-1/2: (1, 1), the reduce-scatter during backward, the all-gather
+    after the optimizer step (at best under the next forward). ZeRO-3: (1, 2), a gather under the forward, a gather
+    and the reduce-scatter under the backward.
+    """
+    return {0: (0, 2), 1: (1, 1), 2: (1, 1), 3: (1, 2)}[stage]
+
+
 def simulate_sharded_step(config: ShardedSimConfig) -> dict[str, Any]:
     """One row: memory per GPU and bytes sent (chapter 09's accounting), compute, communication and step seconds."""
     c, psi = config, config.psi
     elem = BYTES[c.precision][1]  # bytes of one gradient or parameter element on the wire
-    states, act = memory_bytes(c)
+    states, act, rebuilt, buffers = memory_bytes(c)
+    total = states + act + rebuilt + buffers
     tokens = c.microbatch * c.seq
     forward_s = 2 * psi * tokens / c.flop_s
     backward_s = (4 + (2 if c.checkpoint else 0)) * psi * tokens / c.flop_s
     phase = ring_phase_s(AlphaBetaNet(c.alpha_s, c.bandwidth_Bps), c.workers, psi, elem)
-    comm_forward, comm_backward = (phase if c.stage == 3 else 0.0), 2 * phase
+    # phases of traffic under each pass (see the module's docstring): DDP 0 + 2, ZeRO-1/2 1 + 1, ZeRO-3 1 + 2
+    comm_forward, comm_backward = phases_under_passes(c.stage)
+    comm_forward, comm_backward = comm_forward * phase, comm_backward * phase
     if c.overlap:
         step_s = max(forward_s, comm_forward) + max(backward_s, comm_backward)
     else:
@@ -113,8 +134,8 @@ def simulate_sharded_step(config: ShardedSimConfig) -> dict[str, Any]:
     return {
         "model": c.model, "params": psi, "workers": c.workers, "stage": c.stage, "precision": c.precision,
         "microbatch": c.microbatch, "seq": c.seq, "checkpoint": c.checkpoint, "overlap": c.overlap,
-        "states_gib": states / GIB, "activations_gib": act / GIB, "total_gib": (states + act) / GIB,
-        "fits": states + act <= c.gpu_gib * GIB, "sent_bytes": traffic_formula(psi, c.workers, c.stage) * elem,
+        "states_gib": states / GIB, "activations_gib": act / GIB, "rebuilt_gib": rebuilt / GIB,
+        "buffers_gib": buffers / GIB, "total_gib": total / GIB, "fits": total <= c.gpu_gib * GIB, "sent_bytes": traffic_formula(psi, c.workers, c.stage) * elem,
         "compute_s": compute_s, "comm_s": comm_forward + comm_backward, "step_s": step_s,
         "exposed_comm_s": step_s - compute_s, "tokens_per_s": c.workers * tokens / step_s,
     }
@@ -133,11 +154,14 @@ def sharded_sweep(model: str = "70B", workers: Iterable[int] = (1, 2, 4, 8, 16, 
                            for s in stages for n in workers for o in overlap)
 
 
-def memory_bytes(config: ShardedSimConfig) -> tuple[float, float]:
-    """(model states, activations) in bytes per GPU: fit.py's model_states and activations."""
+def memory_bytes(config: ShardedSimConfig) -> tuple[float, float, float, float]:
+    """(model states, kept activations, layer rebuilt in backward, ZeRO buffers) in bytes per GPU: fit.py's
+    model_states, activations, rebuilt_layer (with checkpointing only) and buffer_bytes."""
     c = config
     return (model_states(c.psi, c.workers, c.stage, c.precision)["total"],
-            activations(c.shape, c.microbatch, c.seq, c.checkpoint))
+            activations(c.shape, c.microbatch, c.seq, c.checkpoint),
+            rebuilt_layer(c.shape, c.microbatch, c.seq) if c.checkpoint else 0.0,
+            buffer_bytes(c.shape, c.stage, c.precision))
 
 
 def fewest_gpus(model: str = "70B", **fields: Any) -> pd.DataFrame:
