@@ -3,7 +3,7 @@ suite grades (or why the class does not apply)."""
 
 from __future__ import annotations
 
-from . import edges_a, edges_c
+from . import edges_a, edges_b, edges_c
 
 CLASSES = {
     "order": "ordering with several elements",
@@ -13,5 +13,6 @@ CLASSES = {
     "edge": "other edges the question's text allows",
 }
 
-COVERAGE: dict[str, dict[str, dict[str, str]]] = {**edges_a.COVERAGE, **edges_c.COVERAGE}
-VARIANTS = {"ps04_syncasync": edges_a.PS04, "ps09_onebit": edges_c.PS09}
+COVERAGE: dict[str, dict[str, dict[str, str]]] = {**edges_a.COVERAGE, **edges_b.COVERAGE, **edges_c.COVERAGE}
+VARIANTS = {"ps04_syncasync": edges_a.PS04, "ps05_collectives": edges_b.PS05,
+            "ps07_model_parallel": edges_b.PS07, "ps09_onebit": edges_c.PS09}
