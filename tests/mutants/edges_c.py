@@ -44,3 +44,71 @@ COVERAGE = {
                "edge": "residual kept from the gradient alone (e = g - q)"},
     },
 }
+
+PS10 = [
+    W("[dtype] port: delivery times in np.zeros_like(arrivals): integer arrivals truncate them", "q1", """
+def fifo_port(arrivals, nbytes, alpha_s, bandwidth_Bps):
+    arrivals = np.asarray(arrivals)
+    done, free = np.zeros_like(arrivals), 0.0
+    for j in sorted(range(len(arrivals)), key=lambda j: (arrivals[j], j)):
+        hold = alpha_s + (nbytes[j] / bandwidth_Bps if bandwidth_Bps else 0.0)
+        free = done[j] = max(free, arrivals[j]) + hold
+    return done
+"""),
+    W("[limit] staleness: a worker never runs out (its durations wrap around)", "q2", """
+import heapq
+
+def async_staleness(durations, n_updates):
+    durations = np.asarray(durations, dtype=float)
+    heap = [(durations[i, 0], i, 0, 0) for i in range(len(durations))]
+    heapq.heapify(heap)
+    out = []
+    while heap and len(out) < n_updates:
+        t, i, k, read = heapq.heappop(heap)
+        out.append((i, len(out) - read))
+        heapq.heappush(heap, (t + durations[i, (k + 1) % durations.shape[1]], i, k + 1, len(out)))
+    return out
+"""),
+]
+
+PS11 = [
+    W("[itemsize] log_bytes from 8 bytes per element", "q2", """
+def log_bytes(log):
+    return (sum(8 * m["elements"] for m in log if m["direction"] == "send"),
+            sum(8 * m["elements"] for m in log if m["direction"] == "recv"))
+"""),
+    W("[itemsize] busiest link from 8 bytes per element", "q2", """
+def busiest_link(logs):
+    load = {}
+    for log in logs:
+        for m in log:
+            if m["direction"] == "send":
+                load[(m["src"], m["dst"])] = load.get((m["src"], m["dst"]), 0) + 8 * m["elements"]
+    return min(load, key=lambda pair: (-load[pair], pair)) if load else None
+"""),
+]
+
+COVERAGE.update({
+    "ps10_sim": {
+        "q1": {"order": "port: delivery times in service order, not indexed like the inputs",
+               "dtype": "[dtype] port: delivery times in np.zeros_like(arrivals): integer arrivals truncate them",
+               "itemsize": "n/a: message sizes are given in bytes", "limit": "n/a: no search or range",
+               "edge": "server: replies start at the last ready time, not the last delivery"},
+        "q2": {"order": "staleness: simultaneous finishes in the order the workers were rescheduled",
+               "dtype": "n/a: durations only add up and compare (integers give the same order)",
+               "itemsize": "n/a: no byte counts",
+               "limit": "[limit] staleness: a worker never runs out (its durations wrap around)",
+               "edge": "staleness counted the papers' way (one more)"},
+    },
+    "ps11_ring_comm": {
+        "q1": {"order": "Comm ring: sends to the left neighbour, receives from the right",
+               "dtype": "Comm ring: receive buffers in torch's default float32",
+               "itemsize": "n/a: Comm logs the bytes; float64 tensors by the question's text",
+               "limit": "n/a: no search or range",
+               "edge": "Comm ring: torch.chunk's ceil-sized chunks, not np.array_split's"},
+        "q2": {"order": "busiest link: recv records counted too (each message twice)",
+               "dtype": "n/a: byte counts are integers",
+               "itemsize": "[itemsize] busiest link from 8 bytes per element",
+               "limit": "n/a: no search or range", "edge": "busiest link: the most messages, not the most bytes"},
+    },
+})
