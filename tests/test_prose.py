@@ -258,3 +258,81 @@ def test_worker_count_is_n(name):
     body = text(name)
     bad = re.findall(r"\$[npR]\$ \**(?:ranks|cores|workers|replicas|learners)\b|\$K\$ \**clients", body)
     assert not bad, f"{name} counts workers with another letter: {bad}"
+
+
+# --- issue 46: statements corrected, each guarded ---------------------------------------------------------------
+
+
+@cache
+def code_cells(chapter_name: str) -> tuple[str, ...]:
+    """The code cells of one chapter, as written."""
+    nb = nbformat.reads(_read(f"course/{chapter_name}"), as_version=4)
+    return tuple(c.source for c in nb.cells if c.cell_type == "code")
+
+
+def test_hogwild_rho_is_a_maximum():
+    """Recht et al. (2011, section 2) define rho as a maximum over examples, not the chance two random updates collide."""
+    row = next(c for c in cells(chapter("02")) if "| $\\rho$ |" in c)
+    assert "the chance two random updates can collide" not in row
+    assert "a maximum" in row
+    assert "largest" in _read("course/solutions/02_hogwild_solutions.md").split("## Exercise 2")[0]
+
+
+def test_bounded_delay_async_sgd_converges_with_a_shrinking_step():
+    body = text(chapter("04"))
+    assert "no general convergence guarantee" not in body
+    for source in ("Agarwal & Duchi (2011)", "Lian et al. (2015)", "Recht et al. (2011, section 4)"):
+        assert source in body, source
+
+
+def test_the_gate_is_not_described_as_an_ssp_clock_rule():
+    solution = _read("course/solutions/04_sync_async_solutions.md").split("## Exercise 4")[1].split("\n## ")[0]
+    assert "ahead of the slowest worker" not in solution
+    assert "bounded-delay" in solution and "updates" in solution
+
+
+def test_checkpointing_states_the_rebuilt_segment():
+    body = text(chapter("09"))
+    assert "L/k + k" in body and "2\\sqrt{L}" in body
+
+
+def test_ddp_divides_before_the_allreduce():
+    body = text(chapter("09"))
+    assert "waits for the outstanding buckets and divides by $N$." not in body
+    assert "*before* the allreduce" in body
+
+
+def test_ring_optimality_bounds_the_busiest_rank():
+    exercise = next(c for c in cells(chapter("10")) if c.startswith("## What to try"))
+    assert "can send fewer per rank" not in exercise and "busiest rank" in exercise
+
+
+def test_the_delay_table_says_it_ran_1400_workers():
+    cell = next(c for c in cells(chapter("10")) if "| 1400 |" in c)
+    assert "**1400** workers, not the 1000" in cell
+
+
+def test_averaging_message_and_client_count():
+    body = text(chapter("08"))
+    assert "clients $K$" not in body and "$K + 3$ elements" in body
+
+
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_no_vague_sources(name):
+    """'our sources', 'the guide', '(Codemia)': a learner cannot look these up."""
+    body = text(name)
+    for vague in ("our sources", "the guide", "Codemia", "this course's sources"):
+        assert vague.lower() not in body.lower(), f"{name} cites {vague!r}"
+
+
+@pytest.mark.parametrize("prefix, shown", [
+    ("04", ("SyncRound", "SyncCoordinator.push", "quantize", "OneBitCompressor.encode", "ServerAdaRevision.apply",
+            "ServerDCASGD.apply", "staleness_aware_scale")),
+    ("07", ("decoupled_rank", "_tp_rank", "_SumOverRanks")),
+    ("08", ("easgd_worker", "average_parameters")),
+    ("10", ("memory_bytes", "rebuilt_layer", "buffer_bytes", "phases_under_passes")),
+])
+def test_sections_show_the_code_they_describe(prefix, shown):
+    code = "\n".join(code_cells(chapter(prefix)))
+    for name in shown:
+        assert f"show_source({name})" in code, f"chapter {prefix} does not show {name}"
