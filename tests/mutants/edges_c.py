@@ -112,3 +112,45 @@ COVERAGE.update({
                "limit": "n/a: no search or range", "edge": "busiest link: the most messages, not the most bytes"},
     },
 })
+
+PS12 = [
+    W("[dtype] the new w gathered into np.zeros_like(w): integer parameters truncated", "q2", """
+def zero_adam_step(w, grads, states, lr, betas=(0.9, 0.999), eps=1e-8):
+    n, (b1, b2) = len(grads), betas
+    size = -(-len(w) // n)
+    new_w, new_states = np.zeros_like(w), []
+    for r, state in enumerate(states):
+        g = sum(shard(gk, n, r) for gk in grads) / n
+        t = state["step"] + 1
+        m = b1 * state["m"] + (1 - b1) * g
+        v = b2 * state["v"] + (1 - b2) * g * g
+        upd = shard(w, n, r) - lr * (m / (1 - b1**t)) / (np.sqrt(v / (1 - b2**t)) + eps)
+        k = max(0, min(len(w), (r + 1) * size) - r * size)
+        new_w[r * size:r * size + k] = upd[:k]
+        new_states.append({"step": t, "m": m, "v": v})
+    return new_w, new_states
+"""),
+    W("[limit] smallest_world never tries max_n itself", "q3", """
+def smallest_world(units, stage, budget_bytes, precision="mixed", max_n=1024):
+    for n in range(1, max_n):
+        if rank_bytes(units, n, stage, precision)["total"] <= budget_bytes:
+            return n
+    return None
+"""),
+]
+
+COVERAGE["ps12_sharding"] = {
+    "q1": {"order": "buckets filled in registration order, not reverse", "dtype": "n/a: sizes are integers",
+           "itemsize": "bucket sizes counted in elements, itemsize ignored",
+           "limit": "a bucket is closed only once it holds more than the cap (off by one)",
+           "edge": "a parameter that would overflow the bucket opens a new one (buckets never exceed the cap)"},
+    "q2": {"order": "shards as np.array_split: the remainder on the first ranks",
+           "dtype": "[dtype] the new w gathered into np.zeros_like(w): integer parameters truncated",
+           "itemsize": "n/a: no byte counts", "limit": "n/a: no search or range",
+           "edge": "bias correction with the steps taken before this one"},
+    "q3": {"order": "n/a: dicts and counts, no list order",
+           "dtype": "n/a: element counts are integers",
+           "itemsize": "12 bytes of optimizer state in fp32 too",
+           "limit": "[limit] smallest_world never tries max_n itself",
+           "edge": "no N fits: returns max_n instead of None"},
+}
