@@ -97,3 +97,12 @@ def test_memory_and_traffic_at_four_ranks(client):
             _check_memory(run_zero(config, client).summary, config, 4, stage)
     finally:
         client.resize(2)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_held_memory_equals_the_formula_at_the_optimizer_step(client, precision):
+    """fp32 keeps no master copy apart from the parameters (4Ψ + 4Ψ + 8Ψ); bf16 keeps one (2Ψ + 2Ψ + 12Ψ)."""
+    for stage in range(4):
+        s = run_zero(ZeroConfig(stage=stage, precision=precision, steps=2, depth=3), client).summary
+        assert s["held_bytes"] == s["formula_bytes"] == zero_formula(s["psi"], 2, stage, mixed=precision != "fp32")[
+            "total"], (precision, stage, s)

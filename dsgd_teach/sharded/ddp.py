@@ -1,10 +1,17 @@
 """Bucketed, overlapped data parallelism: gradient hooks start one asynchronous allreduce per bucket mid-backward.
 
-Each parameter gets a hook that fires once its gradient is accumulated. When every parameter of a bucket has
-fired, the bucket's gradients are copied into one flat buffer and its allreduce is launched without waiting:
-the library's as an async work handle, the course's ring on a communication thread. Backward goes on with the
-earlier layers meanwhile; finish() waits for the buckets and writes the averaged gradients back. Inside
-no_sync() the hooks do nothing, so k microbatches accumulate locally and only the last one communicates.
+Each trainable parameter gets a hook that fires once its gradient is accumulated. When every parameter of a bucket
+has fired, and every earlier bucket has started (buckets start in the same order on every rank, as in Li et al.
+2020, section 3.2.3), the bucket's allreduce is launched without waiting: the library's as an async work handle,
+the course's ring on a communication thread. Backward goes on with the earlier layers meanwhile; finish() waits
+for the buckets and leaves the averaged gradients in place. Inside no_sync() the hooks only note which parameters
+were used, so k microbatches accumulate locally and only the last one communicates.
+
+A parameter that gets no gradient (forward did not use it) would leave its bucket waiting forever. As in
+PyTorch's DDP, that is an error naming the parameter unless find_unused_parameters=True: then each forward walks
+the autograd graph from the output, the parameters it cannot reach count as ready with a zero gradient, and a
+parameter no rank used keeps the gradient it had. Frozen parameters (requires_grad=False) are left out; a
+parameter shared by several layers is one parameter, averaged once.
 """
 
 from __future__ import annotations
@@ -24,13 +31,42 @@ from ..runtime.comm import Comm
 from .buckets import assign_buckets
 
 
+def reached_parameters(output: Any) -> set[int]:
+    """ids of the leaf tensors (parameters) the autograd graph of output reaches."""
+    roots = [t.grad_fn for t in _tensors(output) if t.grad_fn is not None]
+    seen, reached = set(), set()
+    while roots:
+        node = roots.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        variable = getattr(node, "variable", None)  # an AccumulateGrad node: the leaf it accumulates into
+        if variable is not None:
+            reached.add(id(variable))
+        roots.extend(n for n, _ in node.next_functions)
+    return reached
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    """The tensors in a (nested) output of a module's forward."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _tensors(v)]
+    return []
+
+
 class OverlappedDDP:
     """Wrap a module's parameters for data parallelism with bucketed allreduces that overlap backward."""
 
     def __init__(self, module: torch.nn.Module, comm: Comm, bucket_bytes: int = 1 << 20, allreduce: str = "library",
-                 overlap: bool = True) -> None:
+                 overlap: bool = True, find_unused_parameters: bool = False) -> None:
         self.module, self.comm, self.allreduce, self.overlap = module, comm, allreduce, overlap
-        self.params = [p for p in module.parameters() if p.requires_grad]
+        self.find_unused_parameters = find_unused_parameters
+        named = [(name, p) for name, p in module.named_parameters() if p.requires_grad]  # shared ones appear once
+        self.names, self.params = [n for n, _ in named], [p for _, p in named]
         sizes = [p.numel() * p.element_size() for p in self.params]
         self.buckets = assign_buckets(sizes, bucket_bytes)
         self.bucket_of = {i: b for b, members in enumerate(self.buckets) for i in members}
@@ -56,7 +92,21 @@ class OverlappedDDP:
 
     def _reset(self) -> None:
         self._waiting = [len(b) for b in self.buckets]
+        self._next = 0  # the next bucket to launch: buckets start in order on every rank
         self._pending: list[tuple[int, Any, torch.Tensor]] = []
+        self._used = [False] * len(self.params)  # got a gradient since the last finish()
+        self._unused: dict[int, torch.Tensor | None] = {}  # skipped by a forward: the gradient it had before
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """The module's forward; with find_unused_parameters, parameters it did not use count as ready now."""
+        out = self.module(*args, **kwargs)
+        if self.find_unused_parameters and self.sync and torch.is_grad_enabled():
+            reached = reached_parameters(out)
+            for i, p in enumerate(self.params):
+                if id(p) not in reached and not self._used[i] and i not in self._unused:
+                    self._unused[i] = None if p.grad is None else p.grad.detach().clone()
+                    self._ready(i)
+        return out
 
     @contextmanager
     def no_sync(self) -> Iterator[None]:
@@ -68,19 +118,24 @@ class OverlappedDDP:
             self.sync = old
 
     def _ready(self, i: int) -> None:
+        if i not in self._unused:
+            self._used[i] = True
         if not self.sync:
             return
-        b = self.bucket_of[i]
-        self._waiting[b] -= 1
-        if self._waiting[b] == 0 and self.overlap:
-            self._launch(b)
+        self._waiting[self.bucket_of[i]] -= 1
+        while self.overlap and self._next < len(self.buckets) and self._waiting[self._next] == 0:
+            self._launch(self._next)
 
     def _launch(self, b: int) -> None:
         """Flatten bucket b's gradients and start its allreduce without waiting for it."""
+        self._next = b + 1
         flat = self.flats[b]
         for i in self.buckets[b]:
             p, view = self.params[i], self.views[i]
-            if p.grad is None or p.grad.data_ptr() != view.data_ptr():  # zero_grad(set_to_none=True) or a replaced gradient: copy it in
+            if i in self._unused or (p.grad is None and not self._used[i]):
+                view.zero_()  # this rank adds nothing for a parameter it did not use
+                p.grad = view
+            elif p.grad is None or p.grad.data_ptr() != view.data_ptr():  # set to None or replaced: copy it in
                 view.copy_(p.grad)
                 p.grad = view
         event = {"bucket": b, "launch_s": time.perf_counter(), "bytes": flat.numel() * flat.element_size()}
@@ -103,20 +158,51 @@ class OverlappedDDP:
     def _ring(self, flat: torch.Tensor) -> torch.Tensor:
         return ring_allreduce(self.comm, flat)
 
+    def _missing(self) -> list[str]:
+        """Names of the parameters that got no gradient since the last finish() and were not found unused."""
+        return [self.names[i] for i in range(len(self.params)) if not self._used[i] and i not in self._unused]
+
     def finish(self) -> None:
         """Wait for every bucket's allreduce and replace each gradient by its average over ranks."""
-        if not self.overlap:  # the baseline: every bucket after backward, one after another
-            for b in range(len(self.buckets)):
-                self._launch(b)
+        missing = self._missing()
+        if missing and not self.find_unused_parameters:
+            shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+            self._reset()
+            raise ValueError(
+                f"OverlappedDDP: parameter(s) {shown} got no gradient on rank {self.comm.rank} (not used to compute "
+                "the loss), so their buckets would never be averaged; pass find_unused_parameters=True, or freeze "
+                "them with requires_grad_(False)")
+        for i in range(len(self.params)):  # parameters the graph walk could not see (forward called directly)
+            if not self._used[i] and i not in self._unused:
+                self._unused[i] = None if self.params[i].grad is None else self.params[i].grad.detach().clone()
+        while self._next < len(self.buckets):  # the baseline, or buckets holding parameters nobody used here
+            self._launch(self._next)
+            if not self.overlap:
                 self._wait_last()
+        used = self._global_use() if self.find_unused_parameters else None
         for _, handle, flat in self._pending:
             if isinstance(handle, Future):
                 flat.copy_(handle.result(timeout=self.comm.timeout_s))  # the ring returns a new tensor
             else:
                 self._wait(handle, flat)  # the library reduced the bucket in place
             flat.div_(self.comm.world)  # the gradients are views: they now hold the average
+        if used is not None:
+            for i, before in self._unused.items():
+                if used[i] == 0:  # no rank used it: it keeps the gradient it had, as in PyTorch's DDP
+                    if before is None:
+                        self.params[i].grad = None
+                    else:
+                        self.views[i].copy_(before)
         self.events = [dict(e, done_s=e.get("done_s", time.perf_counter())) for e in self.events]
         self._reset()
+
+    def _global_use(self) -> torch.Tensor:
+        """How many ranks used each parameter in this step (one small allreduce, after the buckets')."""
+        flags = torch.tensor([float(u) for u in self._used], device=self.flats[0].device)
+        if self._pool is not None:
+            return self._pool.submit(ring_allreduce, self.comm, flags).result(timeout=self.comm.timeout_s)
+        self.comm.wait_all([dist.all_reduce(flags, async_op=True)], "the parameters-used count")
+        return flags
 
     def _wait_last(self) -> None:
         b, handle, flat = self._pending[-1]

@@ -8,6 +8,10 @@ bytes it sends are counted by the same closed form, (N-1)/N of the vector per ra
 
 from __future__ import annotations
 
+import time
+from concurrent.futures import Executor, Future
+from typing import Any
+
 import torch
 import torch.distributed as dist
 
@@ -84,3 +88,85 @@ def all_gather(comm: Comm, shard: torch.Tensor, how: str = "ring") -> torch.Tens
 def sent_elements(comm: Comm) -> int:
     """Elements this rank has sent since the log was last taken."""
     return sum(m["elements"] for m in comm.log if m["direction"] == "send")
+
+
+class Pending:
+    """A collective started without waiting for it; wait() gives its result, or fails after the comm's timeout."""
+
+    def __init__(self, comm: Comm, what: str, out: torch.Tensor | None = None, work: Any = None,
+                 future: Future[torch.Tensor] | None = None) -> None:
+        self.comm, self.what, self.out, self.work, self.future = comm, what, out, work, future
+        self.launch_s, self.done_s = time.perf_counter(), 0.0
+        if future is not None:
+            future.add_done_callback(self._done)
+        elif work is not None:
+            try:
+                work.get_future().then(self._done)
+            except RuntimeError:  # gloo's reduce-scatter has no future: its end is noted when it is waited for
+                pass
+        else:
+            self.done_s = self.launch_s
+
+    def _done(self, _: Any) -> None:
+        self.done_s = time.perf_counter()
+
+    def wait(self) -> torch.Tensor:
+        """The collective's result (this rank's shard, or the whole vector)."""
+        if self.future is not None:
+            self.out, self.future = self.future.result(timeout=self.comm.timeout_s), None
+        elif self.work is not None:
+            self.comm.wait_all([self.work], self.what)
+            self.work = None
+        self.done_s = self.done_s or time.perf_counter()
+        assert self.out is not None
+        return self.out
+
+
+def start_reduce_scatter(comm: Comm, flat: torch.Tensor, how: str, pool: Executor | None) -> Pending:
+    """Start reduce_scatter(flat) (the ring on pool's thread, or the library's async op); flat must stay unchanged."""
+    if comm.world == 1:
+        return Pending(comm, "reduce-scatter", out=flat.detach().clone())
+    if how == "ring":
+        assert pool is not None, "the ring runs on a communication thread"
+        return Pending(comm, "reduce-scatter", future=pool.submit(ring_reduce_scatter, comm, flat))
+    out = torch.empty(flat.numel() // comm.world, dtype=flat.dtype, device=flat.device)
+    _note_library(comm, out, "reduce-scatter")
+    return Pending(comm, "reduce-scatter", out=out,
+                   work=dist.reduce_scatter_tensor(out, flat.detach().contiguous(), async_op=True))
+
+
+def start_all_gather(comm: Comm, shard: torch.Tensor, how: str, pool: Executor | None,
+                     out: torch.Tensor | None = None) -> Pending:
+    """Start all_gather(shard) into out (a new tensor when None; the ring copies its result there)."""
+    if out is None:
+        out = torch.empty(shard.numel() * comm.world, dtype=shard.dtype, device=shard.device)
+    if comm.world == 1:
+        out.copy_(shard)
+        return Pending(comm, "all-gather", out=out)
+    if how == "ring":
+        assert pool is not None, "the ring runs on a communication thread"
+
+        def ring() -> torch.Tensor:
+            return out.copy_(ring_all_gather(comm, shard.detach()))
+
+        return Pending(comm, "all-gather", future=pool.submit(ring))
+    _note_library(comm, shard, "all-gather")
+    return Pending(comm, "all-gather", out=out,
+                   work=dist.all_gather_into_tensor(out, shard.detach().contiguous(), async_op=True))
+
+
+def start_all_reduce(comm: Comm, flat: torch.Tensor, how: str, pool: Executor | None) -> Pending:
+    """Start summing flat over ranks in place: the ring's reduce-scatter then all-gather, or the library's allreduce."""
+    if comm.world == 1:
+        return Pending(comm, "allreduce", out=flat)
+    if how == "ring":
+        assert pool is not None, "the ring runs on a communication thread"
+
+        def ring() -> torch.Tensor:
+            return flat.copy_(ring_all_gather(comm, ring_reduce_scatter(comm, flat)))
+
+        return Pending(comm, "allreduce", future=pool.submit(ring))
+    shard = flat[:flat.numel() // comm.world]  # the library sends what a ring would: a reduce-scatter, an all-gather
+    _note_library(comm, shard, "reduce-scatter")
+    _note_library(comm, shard, "all-gather")
+    return Pending(comm, "allreduce", out=flat, work=dist.all_reduce(flat, async_op=True))

@@ -22,7 +22,7 @@ from ..runtime.group import DEVICES, plan_group, run_in_group
 from ..runtime.live import WorkerContext
 from ..trace import OnUpdate, Result, TraceRecorder
 from .toy import batch, flat_params, make_mlp
-from .zero import DTYPES, LossScaler, ZeroAdam, activation_meter, traffic_formula, zero_formula
+from .zero import DTYPES, LossScaler, ZeroAdam, activation_meter, traffic_formula
 
 
 @dataclass(frozen=True)
@@ -113,12 +113,28 @@ def oracle_params(config: ZeroConfig, comm: Comm) -> torch.Tensor:
 def zero_rank(ctx: WorkerContext, comm: Comm, config: ZeroConfig) -> dict[str, np.ndarray]:
     """One rank: `steps` Adam steps under ZeRO stage config.stage, logging memory and traffic every step."""
     torch.set_num_threads(config.threads)
-    dev, dtype = comm.device, DTYPES[config.precision]
+    dev = comm.device
     model = make_mlp(config.width, config.depth, seed=config.seed).to(dev)
     scaler = LossScaler(config.loss_scale) if config.precision == "fp16" else None
     zero = ZeroAdam(model, comm, config.stage, config.collective, config.precision, lr=config.lr, scaler=scaler)
     psi = sum(u.padded for u in zero.units)
-    expect = zero_formula(psi, comm.world, config.stage)
+    expect = zero.formula()
+    clock = time.time() - time.perf_counter() - ctx.t0  # perf_counter -> seconds since the run started
+    try:
+        _train(ctx, comm, config, model, zero, psi, expect, clock)
+        out = {"params": zero.full_params().cpu().numpy()}
+    finally:
+        zero.close()
+    comm.take_log()
+    if config.compare != "none":
+        out["oracle"] = oracle_params(config, comm).cpu().numpy()
+    return out
+
+
+def _train(ctx: WorkerContext, comm: Comm, config: ZeroConfig, model: torch.nn.Module, zero: ZeroAdam, psi: int,
+           expect: dict[str, float], clock: float) -> None:
+    """config.steps steps, each traced with its memory, traffic and the start and end of every collective."""
+    dev, dtype = comm.device, DTYPES[config.precision]
     for step in range(config.steps):
         x, y = batch(config.seed, step, comm.rank, config.batch_size)
         x, y = x.to(dev, dtype), y.to(dev)
@@ -131,9 +147,15 @@ def zero_rank(ctx: WorkerContext, comm: Comm, config: ZeroConfig) -> dict[str, n
         with hooks:
             loss = _loss(model, x, y)
         scale = zero.scaler.scale if zero.scaler is not None else 1.0
+        t_bwd = time.perf_counter()
         (loss * scale).backward()
+        t_bwd_end = time.perf_counter()
         applied = zero.step()
         step_s = time.perf_counter() - t0
+        for e in zero.take_events():
+            ctx.emit(step=step, event="collective", unit=e["unit"], what=e["what"], start=e["launch_s"] + clock,
+                     end=e["done_s"] + clock)
+        ctx.emit(step=step, event="backward", start=t_bwd + clock, end=t_bwd_end + clock)
         log = comm.take_log()
         sent = [m for m in log if m["direction"] == "send"]
         held = zero.last_held
@@ -147,11 +169,6 @@ def zero_rank(ctx: WorkerContext, comm: Comm, config: ZeroConfig) -> dict[str, n
                  formula_total=expect["total"], psi=psi, version_read=step, version_applied=step + 1)
         if ctx.should_stop():
             break
-    out = {"params": zero.full_params().cpu().numpy()}
-    comm.take_log()
-    if config.compare != "none":
-        out["oracle"] = oracle_params(config, comm).cpu().numpy()
-    return out
 
 
 def run_zero(config: ZeroConfig, client: Client, on_update: OnUpdate | None = None) -> Result:
