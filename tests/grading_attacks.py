@@ -8,6 +8,7 @@ Anything they leave running carries MARKER in its command line, so a test can lo
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -303,6 +304,9 @@ said = ["inotify_add_watch: " + ("ok" if wd >= 0 else "denied"), "fanotify_init:
 print(("ESCAPED: " if wd >= 0 or fan >= 0 else "") + ", ".join(said))
 """
 BUDGET = "import time\ntime.sleep(13)  # each cell under --timeout, together past --notebook-s\n"
+# The kernel's parent is the grading worker (same sandbox, same uid): kill it, or stop it so that it overruns.
+KILL_OWN_WORKER = PRELUDE + '_run(["/bin/kill", "-9", str(os.getppid())])\n'
+OVERRUN = PRELUDE + '_run(["/bin/kill", "-STOP", str(os.getppid())])\n'
 
 ATTACKS = {
     "theft_child": {"ps01_sgd_q1_solution": THEFT_CHILD},
@@ -323,8 +327,21 @@ ATTACKS = {
                    "ps01_sgd_q2_solution": _child("ps01_sgd_q2_solution", FORK_BOMB),
                    "ps01_sgd_q3_solution": SPINNER},
     "budget": {f"ps01_sgd_q{i}_solution": BUDGET + ("\n{SOLUTION}" if i == 1 else "") for i in (1, 2, 3)},
+    # issue 45: the grader's own memory, metadata nbgrader refuses, workers that die or overrun
+    "parse_bomb": {},
+    "newer_schema": {},
+    "duplicate_test": {gid: "{SOLUTION}" for gid in FUNCS},
+    "metadata_chaos": {},
+    "kill_own_worker": {"ps01_sgd_q1_solution": KILL_OWN_WORKER},
+    "overrun": {"ps01_sgd_q1_solution": OVERRUN},
 }
-HONEST_POINTS = {"flood": {"q1": 2.0}, "budget": {"q1": 2.0}}  # what attacks answered honestly (the rest scores 0)
+# What attacks answered honestly (the rest scores 0): duplicate_test is an honest student who pasted a test twice.
+HONEST_POINTS = {"flood": {"q1": 2.0}, "budget": {"q1": 2.0},
+                 "duplicate_test": {"q1": 2.0, "q2": 2.0, "q3": 2.0}}
+# The row's reason must say what happened; none of these is flagged (the grader observed no denied action).
+REASONS = {"parse_bomb": "could not read the notebook", "kill_own_worker": "the grading process failed (exit",
+           "overrun": "took longer than"}
+UNFLAGGED = {"parse_bomb", "newer_schema", "duplicate_test", "metadata_chaos", "kill_own_worker", "overrun"}
 FLAGGED = {"malformed_reports", "echo_hidden", "flood_after_denial"}  # attacks the grader must flag
 _SOLUTION = re.compile(r"### BEGIN SOLUTION.*?### END SOLUTION", re.S)
 
@@ -349,4 +366,55 @@ def write_submission(source_nb: Path, dest: Path, kind: str) -> None:
         else:
             cell.source = changes.get(gid, "") + "\n" + _stub(gid)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    nbformat.write(nb, str(dest))
+    if kind in NOTEBOOK_CHANGES:
+        NOTEBOOK_CHANGES[kind](nb)
+    dest.write_text(json.dumps(nb))
+    if kind == "parse_bomb":
+        _plant_bomb(dest)
+
+
+def _newer_schema(nb) -> None:
+    """An extra cell carrying nbgrader metadata of schema version 4."""
+    cell = nbformat.v4.new_code_cell("answer = 42")
+    cell.metadata["nbgrader"] = {"grade": True, "grade_id": "extra_credit", "locked": False, "points": 5,
+                                 "schema_version": 4, "solution": False, "task": False}
+    nb.cells.insert(3, cell)
+
+
+def _duplicate_test(nb) -> None:
+    """The first test cell pasted twice, as a student copies a released cell (its hidden block is not there)."""
+    at = next(i for i, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get("grade")
+              and not c.metadata["nbgrader"].get("solution"))
+    copy = nbformat.from_dict(json.loads(json.dumps(nb.cells[at])))
+    copy.source = re.sub(r"[ \t]*### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS\n?", "", copy.source, flags=re.S)
+    nb.cells.insert(at + 1, copy)
+
+
+def _metadata_chaos(nb) -> None:
+    """Cells whose metadata and shape break every rule: wrong types, nesting, unknown kinds, copies, a new schema."""
+    test = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade"))
+    meta = dict(test.metadata["nbgrader"])
+    chaos = [{"schema_version": "3"}, [1, 2], "nbgrader", {**meta, "points": "2"}, {**meta, "grade": 1},
+             {**meta, "grade_id": {"nested": [meta]}}, {**meta, "schema_version": 99}, {}, {**meta, "extra": True},
+             {**meta, "grade_id": "unknown_id"}, dict(meta), {**meta, "schema_version": None}]
+    cells = [{"cell_type": "code", "source": "pass", "metadata": {"nbgrader": m}, "outputs": [],
+              "execution_count": None} for m in chaos]
+    cells += [{"cell_type": "code", "source": ["x = ", 1], "metadata": "not an object"}, 7, None,
+              {"cell_type": "widget", "source": "?"}, {"cell_type": "markdown", "metadata": {"nbgrader": meta}}]
+    nb.cells = nb.cells[:1] + cells + nb.cells[1:]
+    nb.metadata["dsgd_teach_grading"] = {"unreadable": "planted by the student", "problems": ["planted"]}
+
+
+NOTEBOOK_CHANGES = {"newer_schema": _newer_schema, "duplicate_test": _duplicate_test,
+                    "metadata_chaos": _metadata_chaos}
+
+
+def write_parse_bomb(source_nb: Path, dest: Path) -> None:
+    """A stub ps01 submission of about 12 MB whose first cell's metadata carries 4.2 million empty JSON objects."""
+    write_submission(source_nb, dest, "parse_bomb")
+
+
+def _plant_bomb(dest: Path, objects: int = 4_200_000) -> None:
+    nb = json.loads(dest.read_text())
+    nb["cells"][0]["metadata"]["bomb"] = "@@BOMB@@"
+    dest.write_text(json.dumps(nb).replace('"@@BOMB@@"', "[" + ",".join(["{}"] * objects) + "]"))

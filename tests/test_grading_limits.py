@@ -230,3 +230,39 @@ def test_a_spinner_and_a_memfd_hog_graded_beside_an_honest_student():
     if hog.get("tests", {}).get("lim_q1_tests", {}).get("status") == "ok":
         problems.append("the memfd hog's test ran cleanly")
     assert not problems, "\n".join(problems) + f"\n(times: {took})"
+
+
+SOCKETS = """
+import os, socket, sys
+server = socket.socket()
+server.bind(("127.0.0.1", 0))
+server.listen(64)
+sent, kept = 0, []
+for _ in range(20):  # never read: each connection pins its sender's and its receiver's buffers (about 10 MB)
+    client = socket.create_connection(server.getsockname())
+    kept += [client, server.accept()[0]]
+    client.setblocking(False)
+    try:
+        while True:
+            sent += client.send(b"x" * 65536)
+    except OSError:
+        pass
+os.write(int(sys.argv[-1]), str(sent).encode())
+"""
+
+
+@needs_cgroups
+def test_socket_buffers_stop_at_the_sandbox_share_of_the_hosts_tcp_memory():
+    """Each of --jobs sandboxes may pin at most its share of the host's TCP pressure threshold in socket buffers."""
+    from dsgd_teach.grading import cgroup_extras
+
+    share = batch.Limits(jobs=4).cgroup().socket_bytes
+    pressure = cgroup_extras.tcp_pressure_bytes()
+    assert 0 < share <= pressure // 4, (share, pressure)
+    if cgroups._layout()[0] != 1:
+        pytest.skip(f"cgroup v{cgroups._layout()[0]}: socket buffers count against memory.max, no separate limit")
+    limits = cgroups.CgroupLimits(memory_bytes=512 * MB, pids=32, socket_bytes=32 * MB)
+    out = bubblewrap.run([sys.executable, "-c", SOCKETS], b"", 60, limits=limits)
+    sent = int(out.result or 0)
+    assert 0 < sent < 48 * MB, f"the sandbox pinned {sent // MB} MB in socket buffers past its 32 MB ({out.stderr_tail})"
+    assert "buffer limit of 32 MB" in " ".join(out.usage.hit()), out.usage

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import os
@@ -18,10 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import nbformat
 from tqdm.auto import tqdm
 
-from . import bubblewrap, cgroups, reports, safeio
+from . import bubblewrap, cgroups, nbread, reports, safeio
+from .cgroup_extras import socket_budget
 from .feedback import write_feedback
 from .notebook import Assignment, load_assignment, nbgrader_meta, rebuild, rewrite_test, source_cells
 from .text import Redactor, clean, safe_grades
@@ -40,7 +41,8 @@ _unenforced_lock = threading.Lock()
 @dataclass(frozen=True)
 class Limits:
     """Per-cell timeout, one wall-clock budget per notebook, per-kernel memory and CPU-time limits, and the
-    whole sandbox's cgroup limits: memory (memfd and /tmp included; 0: memory_mb + WORKER_MB) and processes."""
+    whole sandbox's cgroup limits: memory (memfd and /tmp included; 0: memory_mb + WORKER_MB), processes and
+    socket buffers (a share of the host's TCP pressure threshold: one of `jobs` sandboxes at once)."""
 
     timeout_s: int = 60
     memory_mb: int = 1536
@@ -48,10 +50,13 @@ class Limits:
     notebook_s: int = 900
     sandbox_memory_mb: int = 0
     sandbox_pids: int = 128
+    kill_grace_s: int = KILL_GRACE_S  # after notebook_s, the grader kills the sandbox whatever it is doing
+    jobs: int = 1  # sandboxes at once: each may hold 1/jobs of the host's TCP memory before its pressure point
 
     def cgroup(self) -> cgroups.CgroupLimits:
         """The cgroup limits of one sandbox (every sandbox gets the same CPU weight)."""
-        return cgroups.CgroupLimits((self.sandbox_memory_mb or self.memory_mb + WORKER_MB) << 20, self.sandbox_pids)
+        memory = (self.sandbox_memory_mb or self.memory_mb + WORKER_MB) << 20
+        return cgroups.CgroupLimits(memory, self.sandbox_pids, socket_bytes=socket_budget(self.jobs, memory))
 
 
 @dataclass
@@ -124,8 +129,8 @@ def _walk(folder: Path) -> tuple[list[Path], list[str]]:
 
 
 def _read_notebook(path: Path) -> Any:
-    """Parse a submitted notebook that must be a regular file (no symlink followed, no FIFO opened)."""
-    return nbformat.reads(safeio.read_regular(path).decode("utf-8"), as_version=4)
+    """A submitted notebook (a regular file, no link followed), bounded and parsed in a memory-capped child."""
+    return nbread.read(path)
 
 
 def _which_assignment(path: Path, assignments: dict[str, Assignment]) -> str | None:
@@ -153,7 +158,7 @@ def run_worker(cells: list[dict[str, Any]], mode: str, limits: Limits, seed: int
         "timeout": limits.timeout_s, "memory_mb": limits.memory_mb, "cpu_s": limits.cpu_s,
         "seed": seed, "protected": [] if sandbox else protected, "budget_s": limits.notebook_s,
     }
-    budget = limits.notebook_s + KILL_GRACE_S  # the worker stops at notebook_s; this is the hard stop
+    budget = limits.notebook_s + limits.kill_grace_s  # the worker stops at notebook_s; this is the hard stop
     if sandbox:
         out = bubblewrap.run([sys.executable, "-m", "dsgd_teach.grading.worker"], json.dumps(job).encode(), budget,
                              limits=limits.cgroup())
@@ -231,9 +236,10 @@ def _grade_one(sub: Submission, assignment: Assignment, reference: dict[str, Any
     except Exception as exc:  # noqa: BLE001 - a corrupt notebook scores zero with the reason
         return _zero(assignment, f"could not read the notebook: {type(exc).__name__}: {str(exc)[:200]}")
     result = run_worker(cells, "student", limits, seed, protected, sandbox=sandbox)
-    if "error" in result:
-        flagged = [Grade("(integrity)", 0.0, 0.0, "FLAGGED: " + "; ".join(result["problems"]))]
-        return _zero(assignment, result["error"]) + (flagged if result.get("problems") else [])
+    if "error" in result:  # flagged only for what the grader itself observed (a refused result), never a death
+        problems = result.get("problems") or []
+        flagged = [Grade("(integrity)", 0.0, 0.0, "FLAGGED: " + "; ".join(problems))] if problems else []
+        return _zero(assignment, result["error"]) + flagged
     return grade(assignment, reference, result)
 
 
@@ -255,6 +261,7 @@ def grade_batch(submissions_dir: Path, source_dir: Path, out_dir: Path, *, assig
         if cgroups.available():
             print(f"WARNING: {cgroups_missing(cgroups.available())}", file=sys.stderr)
     seed = secrets.randbelow(2**31) if seed is None else seed
+    limits = dataclasses.replace(limits, jobs=max(1, jobs))
     sources = find_assignments(source_dir)
     if assignment is not None and assignment not in sources:
         raise ValueError(f"unknown assignment {assignment!r}; known: {', '.join(sources)}")
@@ -317,7 +324,8 @@ def _cgroup_summary(limits: Limits, sandbox: bool) -> dict[str, Any]:
     missing = unenforced()
     cg = limits.cgroup()
     return {"enforced": not missing, "why": "; ".join(missing)[:1000], "memory_mb": cg.memory_bytes >> 20,
-            "pids": cg.pids, "cpu": f"equal weight {cg.cpu_weight} per sandbox"}
+            "pids": cg.pids, "cpu": f"equal weight {cg.cpu_weight} per sandbox", "socket_mb": cg.socket_bytes >> 20,
+            "socket": cgroups.socket_rule(), "io": cgroups.io_rule()}
 
 
 def _feedback_path(sub: Submission) -> str:

@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import cgroups, seccomp
+from . import cgroups, reports, seccomp
 
 HOW_TO_GET_ONE = (
     "no OS sandbox is available for grading kernels. Install bubblewrap (as root: `apt-get install bubblewrap`, "
@@ -34,7 +34,7 @@ HOW_TO_GET_ONE = (
     "pass --unsafe-no-sandbox."
 )
 TMP_BYTES = 256 * 1024 * 1024
-MAX_RESULT_BYTES = 64 * 1024 * 1024
+MAX_RESULT_BYTES = reports.MAX_RESULT_BYTES + 1  # kept of the result pipe; more is refused unread
 UID_BASE = 3_100_000  # root grader: one fresh uid per sandbox, so RLIMIT_NPROC counts that sandbox only
 _uids = itertools.count()
 _uid_lock = threading.Lock()
@@ -223,8 +223,8 @@ def _drain(fd: int, chunks: list[bytes]) -> None:
     with os.fdopen(fd, "rb", buffering=0) as fh:
         while block := fh.read(1 << 16):
             if size < MAX_RESULT_BYTES:
-                chunks.append(block)
-                size += len(block)
+                chunks.append(block[:MAX_RESULT_BYTES - size])
+                size += len(chunks[-1])
 
 
 @functools.lru_cache(maxsize=1)

@@ -29,6 +29,8 @@ import signal
 import time
 from dataclasses import dataclass, field
 
+from . import cgroup_extras as extras
+
 CONTROLLERS = ("memory", "pids", "cpu")
 PREFIX = "dsgd-grading-"
 _names = itertools.count()
@@ -42,6 +44,7 @@ class CgroupLimits:
     pids: int = 128
     cpu_weight: int = 100  # cgroup v2 scale (1..10000); v1 cpu.shares = weight * 1024 / 100
     cpu_max: float | None = None  # CPUs; None: no quota, only the equal share
+    socket_bytes: int = 0  # socket buffers (cgroup v1's TCP limit; on v2 they count against memory_bytes)
 
 
 @dataclass
@@ -56,6 +59,8 @@ class Usage:
     memory_max_hits: int = 0
     pids_limit: int = 0
     pids_max_hits: int = 0
+    socket_limit: int = 0
+    socket_peak: int = 0
     notes: list[str] = field(default_factory=list)
 
     def hit(self) -> list[str]:
@@ -69,6 +74,8 @@ class Usage:
         if self.pids_max_hits:
             out.append(f"the sandbox hit its limit of {self.pids_limit} processes and threads "
                        f"({self.pids_max_hits} refused)")
+        if self.socket_limit and self.socket_peak >= self.socket_limit:
+            out.append(f"the sandbox's sockets reached their buffer limit of {self.socket_limit >> 20} MB")
         return out
 
 
@@ -108,7 +115,7 @@ def _mounts() -> tuple[str | None, dict[str, str]]:
             v2 = point
         elif rest[0] == "cgroup":
             for opt in rest[2].split(","):
-                if opt in CONTROLLERS and opt not in v1:
+                if opt in CONTROLLERS + ("blkio",) and opt not in v1:
                     v1[opt] = point
     return v2, v1
 
@@ -122,7 +129,7 @@ def _own_paths() -> tuple[str | None, dict[str, str]]:
         if hid == "0" and not ctls:
             v2 = path
         for ctl in ctls.split(","):
-            if ctl in CONTROLLERS:
+            if ctl in CONTROLLERS + ("blkio",):
                 v1[ctl] = path
     return v2, v1
 
@@ -157,6 +164,7 @@ class Scope:
             u.memory_max_hits = int(_read(os.path.join(mem, "memory.failcnt")).strip() or 0)
             u.memory_peak = int(_read(os.path.join(mem, "memory.max_usage_in_bytes")).strip() or 0)
             u.pids_max_hits = _keyed(_read(os.path.join(pids, "pids.events"))).get("max", 0)
+            u.socket_limit, u.socket_peak = self.limits.socket_bytes, extras.socket_peak(mem, 1)
         return u
 
     def close(self) -> None:
@@ -243,9 +251,31 @@ def available() -> str:
     return _layout()[2]
 
 
+@functools.lru_cache(maxsize=1)
+def _io() -> tuple[str | None, str]:
+    """(v1 blkio parent or None, why sandboxes get no I/O weight: '' when they get one)."""
+    version, parents, _ = _layout()
+    if not version:
+        return None, "no cgroups"
+    mounts, own = _mounts()[1], _own_paths()[1]
+    return extras.io_parent(version, parents.get(""), mounts.get("blkio"), own.get("blkio", "/"))
+
+
+def io_rule() -> str:
+    """How I/O is shared between sandboxes here, in words (for grading.json)."""
+    why = _io()[1]
+    return f"equal weight {extras.IO_WEIGHT} per sandbox" if not why else f"no per-sandbox I/O weight: {why}"
+
+
+def socket_rule() -> str:
+    """How socket memory is bounded per sandbox here, in words (for grading.json)."""
+    version, parents, _ = _layout()
+    return extras.socket_rule(version, parents.get("memory", parents.get("")))
+
+
 def sweep() -> None:
     """Remove the groups of graders that died without cleaning up (their pid is in the group's name)."""
-    for base in _layout()[1].values():
+    for base in [*_layout()[1].values(), *([_io()[0]] if _io()[0] else [])]:
         try:
             names = os.listdir(base)
         except OSError:
@@ -268,6 +298,10 @@ def open_scope(limits: CgroupLimits) -> Scope:
             made[ctl] = os.path.join(base, name)
             os.mkdir(made[ctl])
             _configure(made[ctl], limits, version)
+        if _io()[0]:  # v1 with a blkio weight: one more group; v2's io.weight is in the sandbox's one group
+            made["blkio"] = os.path.join(_io()[0], name)
+            os.mkdir(made["blkio"])
+            extras.set_io_weight(made["blkio"], 1)
     except OSError as exc:
         Scope(limits, {c: d for c, d in made.items() if os.path.isdir(d)}, version).close()
         return Scope(limits, {}, 0, f"could not set up the sandbox's cgroup: {exc}")
@@ -285,6 +319,8 @@ def _configure(d: str, limits: CgroupLimits, version: int) -> None:
         _write(os.path.join(d, "cpu.weight"), str(limits.cpu_weight))
         if limits.cpu_max:
             _write(os.path.join(d, "cpu.max"), f"{int(limits.cpu_max * 100_000)} 100000")
+        if not _io()[1]:
+            extras.set_io_weight(d, 2)
         return
     if _has(d, "memory.limit_in_bytes"):
         _write(os.path.join(d, "memory.limit_in_bytes"), mem)
@@ -294,6 +330,7 @@ def _configure(d: str, limits: CgroupLimits, version: int) -> None:
             _write(os.path.join(d, "memory.swappiness"), "0")
         except OSError:
             pass
+        extras.set_socket_limit(d, 1, limits.socket_bytes)
     if _has(d, "pids.max"):
         _write(os.path.join(d, "pids.max"), str(limits.pids))
     if _has(d, "cpu.shares"):

@@ -12,15 +12,19 @@ import json
 import math
 from typing import Any
 
+from . import jsonbound
 from .text import clean
 
 MAX_RESULT_BYTES = 32 * 1024 * 1024
 MAX_DEPTH = 12  # values.encode nests at most 9 levels
-MAX_SCALARS = 4_000_000  # numbers and strings in all the values of one result
+MAX_SCALARS = 2_000_000  # numbers and strings in all the values of one result
 MAX_LABEL = 2_000
 MAX_STR_VALUE = 10_000
 MAX_TEXT = 2_000  # errors, reasons, flags: cut here, shortened again before any file is written
 MAX_TESTS, MAX_RECORDS, MAX_LIST = 1_000, 10_000, 1_000
+# Checked on the bytes before json.loads builds anything: the grader's memory for one result stays bounded
+# (about 32 MB of text, 200,000 dicts and lists, 2,000,000 numbers), whatever the worker sends.
+BOUNDS = jsonbound.Bounds(MAX_RESULT_BYTES, max_containers=200_000, max_elements=2_000_000, max_depth=512)
 MALFORMED = "malformed"
 STUDENT_RECORD = {"label", "value", "error"}
 REFERENCE_RECORD = {"label", "value", "rtol", "atol", "hidden", "hint", "solution_ok"}
@@ -35,8 +39,10 @@ def parse(data: bytes | None, mode: str = "student") -> dict[str, Any]:
     """The worker's result checked against the schema; raises BadReport when it must be refused whole."""
     if not data:
         raise BadReport("no result")
-    if len(data) > MAX_RESULT_BYTES:
-        raise BadReport(f"the result is larger than {MAX_RESULT_BYTES >> 20} MB")
+    try:
+        jsonbound.check(data, BOUNDS, "the result")
+    except jsonbound.TooLarge as exc:
+        raise BadReport(str(exc)) from None
     try:
         raw = json.loads(data)
     except (ValueError, RecursionError, UnicodeDecodeError) as exc:
