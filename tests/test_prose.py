@@ -336,3 +336,84 @@ def test_sections_show_the_code_they_describe(prefix, shown):
     code = "\n".join(code_cells(chapter(prefix)))
     for name in shown:
         assert f"show_source({name})" in code, f"chapter {prefix} does not show {name}"
+
+
+# --- every symbol a chapter uses is on the notation page, listed for that chapter -------------------------------
+
+_GREEK = ("alpha beta gamma delta epsilon eta theta lambda mu nu rho sigma tau phi psi omega Omega Delta Psi Sigma "
+          "Gamma Lambda Phi").split()
+_MACROS_WITH_TEXT = r"\\(?:text|mathrm|operatorname|mathbb|textbf|mathit|mathcal)\{[^{}]*\}"
+
+
+def _math_spans(markdown: str) -> list[str]:
+    """The $...$ and $$...$$ spans of markdown, code spans and blocks left out."""
+    markdown = re.sub(r"```.*?```", "", markdown, flags=re.S)
+    markdown = re.sub(r"`[^`]*`", "", markdown)
+    spans = re.findall(r"\$\$(.+?)\$\$", markdown, flags=re.S)
+    return spans + re.findall(r"\$([^$]+)\$", re.sub(r"\$\$(.+?)\$\$", "", markdown, flags=re.S))
+
+
+def _span_symbols(span: str, listed: set[str]) -> set[str]:
+    """Letters a math span uses as symbols: Latin letters and Greek macros, with a subscript kept where the notation
+    page lists the subscripted form (H_N, S_t, eta_old); \\text{...}, function names and subscripts' own letters
+    are not symbols."""
+    s = re.sub(r"_\\(?:text|mathrm)\{([^{}]*)\}", r"_{\1}", span)  # n_\text{fetch} is n_{fetch}
+    s = re.sub(_MACROS_WITH_TEXT, " ", s)
+    out = set()
+    token = re.compile(r"(?<![A-Za-z\\_^])(\\(?:" + "|".join(_GREEK) + r")(?![A-Za-z])|[A-Za-z](?![A-Za-z]))"
+                       r"(?:_(\{[^{}]*\}|\\?[A-Za-z0-9]+))?")
+    for m in token.finditer(re.sub(r"\\(?!(?:" + "|".join(_GREEK) + r")(?![A-Za-z]))[A-Za-z]+", " ", s)):
+        base, sub = m.group(1), _norm_symbol(m.group(2) or "")
+        out.add(f"{base}_{sub}" if f"{base}_{sub}" in listed else base)
+    return out
+
+
+@cache
+def notation_chapters() -> dict[str, set[str]]:
+    """NOTATION.md's symbol table: symbol -> the chapters its row lists ('00–10' expanded)."""
+    out: dict[str, set[str]] = {}
+    for line in _read("course/NOTATION.md").splitlines():
+        if not line.startswith("| $"):
+            continue
+        cols = line.split("|")
+        chapters = set()
+        for a, b in re.findall(r"(\d\d)(?:–(\d\d))?", cols[-2]):
+            chapters |= {f"{i:02d}" for i in range(int(a), int(b or a) + 1)}
+        for symbol in re.findall(r"\$([^$]+)\$", cols[1]):
+            for one in symbol.split(","):
+                one = re.sub(r"\\(?:text|mathrm)\{([^{}]*)\}", r"\1", one)
+                out.setdefault(_norm_symbol(one), set()).update(chapters)
+    return out
+
+
+def chapter_symbols(name: str) -> set[str]:
+    """Every symbol the markdown of chapter `name` writes in math."""
+    listed = set(notation_chapters())
+    return {sym for span in _math_spans("\n".join(raw_cells(name))) for sym in _span_symbols(span, listed)}
+
+
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_notation_lists_every_symbol_of_every_chapter(name):
+    """A symbol a chapter writes must have a row on NOTATION.md that names this chapter: a letter used in a sense
+    the page does not list for that chapter (b for the batch in 01, x for the parameters in 02, p for a power of two
+    in 05) fails here until the page lists it, or the chapter uses the course's letter."""
+    rows, number = notation_chapters(), name[:2]
+    unlisted = sorted(s for s in chapter_symbols(name) if number not in rows.get(_norm_symbol(s), set()))
+    assert not unlisted, f"{name} writes {unlisted}, which NOTATION.md does not list for chapter {number}"
+
+
+def test_the_notation_test_catches_a_letter_in_an_unlisted_sense():
+    listed = set(notation_chapters())
+    assert _span_symbols(r"\frac1b \sum_{i \in B_t} \nabla \ell(w_t; x_i)", listed) >= {"b", "w", "x"}
+    assert "b" not in {s for s, ch in notation_chapters().items() if "01" in ch}, "b is backups, never the batch"
+    assert "p" not in {s for s, ch in notation_chapters().items() if "05" in ch}, "p is stages; 05 has none"
+
+
+@pytest.mark.parametrize("path", sorted(str(p.relative_to(ROOT)) for p in (COURSE / "assignments" / "source").glob(
+    "*/*.ipynb")))
+def test_assignments_count_ranks_with_n(path):
+    """ps05 and ps11 once counted ranks with p (p is pipeline stages), ps07 with n (n is rows)."""
+    nb = nbformat.reads(_read(path), as_version=4)
+    body = " ".join(" ".join(c.source.split()) for c in nb.cells if c.cell_type == "markdown")
+    bad = re.findall(r"\$[pn]\$ (?:ranks|workers)|Each of \$p\$ ranks|\$p - 1\$ (?:reduce-scatter|all-gather)", body)
+    assert not bad, f"{path} counts ranks with another letter: {bad}"
