@@ -12,7 +12,7 @@ import re
 import time
 
 import pytest
-from mutants import harness
+from mutants import boundary, harness
 from mutants.catalog import CATALOG
 
 SEEDS = range(50)
@@ -52,6 +52,22 @@ def test_catalog_covers_every_question():
         assert {v.question for v in wrong} == questions, f"{name}: a question without a wrong solution"
         assert {v.question for v in variants} <= questions
         assert len({v.name for v in variants}) == len(variants)
+
+
+def test_every_question_has_a_wrong_solution_of_each_boundary_class():
+    """Per question and boundary class (issue 45): a wrong solution of that class in the catalog (graded at every
+    seed by the test below), or the reason the class does not apply."""
+    for name, variants in CATALOG.items():
+        a = harness.assignment(name)
+        questions = {q.grade_id.removeprefix(f"{name}_").removesuffix("_tests") for q in a.questions}
+        coverage = boundary.COVERAGE.get(name, {})
+        assert set(coverage) == questions, f"{name}: boundary coverage of {sorted(coverage)}, not {sorted(questions)}"
+        wrong = {v.name: v.question for v in variants if not v.correct}
+        for question, classes in coverage.items():
+            assert set(classes) == set(boundary.CLASSES), f"{name} {question}: classes {sorted(classes)}"
+            for kind, entry in classes.items():
+                if not entry.startswith("n/a: "):
+                    assert wrong.get(entry) == question, f"{name} {question} {kind}: no wrong solution '{entry}'"
 
 
 def _escapes(a, variants, seeds) -> dict[str, list[int]]:

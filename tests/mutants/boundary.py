@@ -14,7 +14,9 @@ CLASSES = {
 }
 
 COVERAGE: dict[str, dict[str, dict[str, str]]] = {**edges_a.COVERAGE, **edges_b.COVERAGE, **edges_c.COVERAGE}
-VARIANTS = {"ps04_syncasync": edges_a.PS04, "ps05_collectives": edges_b.PS05,
-            "ps07_model_parallel": edges_b.PS07, "ps09_onebit": edges_c.PS09,
+VARIANTS = {"ps01_sgd": edges_a.PS01, "ps02_hogwild": edges_a.PS02, "ps03_ps": edges_a.PS03,
+            "ps04_syncasync": edges_a.PS04, "ps05_collectives": edges_b.PS05,
+            "ps06_threads": edges_b.PS06,
+            "ps07_model_parallel": edges_b.PS07, "ps08_averaging": edges_b.PS08, "ps09_onebit": edges_c.PS09,
             "ps10_sim": edges_c.PS10, "ps11_ring_comm": edges_c.PS11,
             "ps12_sharding": edges_c.PS12}

@@ -41,11 +41,69 @@ def decoupled_sgd(w0, grad_fn, sizes, lr, steps, d):
 """),
 ]
 
+PS06 = [
+    W("[dtype] speed-up stored in np.empty_like(seconds): integer times truncate it", "q1", """
+def speedup_efficiency(threads, seconds):
+    threads, seconds = np.asarray(threads), np.asarray(seconds)
+    speedup = np.empty_like(seconds)
+    speedup[:] = seconds[threads == 1][0] / seconds
+    return speedup, speedup / threads
+"""),
+]
+
+PS08 = [
+    W("[dtype] average accumulated in np.zeros_like(models[0]): integer models truncate it", "q1", """
+def weighted_average(models, counts):
+    out = np.zeros_like(models[0])
+    for m, c in zip(models, counts):
+        out += c * m
+    out[:] = out / sum(counts)
+    return out
+"""),
+    W("[dtype] each replica starts as w.copy(): an integer w truncates the steps", "q2", """
+def local_sgd_round(w, shards, lr, H):
+    replicas, rows = [], []
+    for X, y in shards:
+        v = w.copy()
+        for _ in range(H):
+            v[:] = v - lr * X.T @ (X @ v - y) / len(y)
+        replicas.append(v)
+        rows.append(len(y))
+    return weighted_average(replicas, rows)
+"""),
+    W("[itemsize] float64 parameters (8 bytes each)", "q3", """
+def fedavg_bytes(n_params, clients, fraction, rounds):
+    return rounds * max(1, round(fraction * clients)) * 2 * 8 * n_params
+"""),
+]
+
 _NA_BYTES = "n/a: no byte counts"
 _NA_SEARCH = "n/a: no search or range"
 _NA_INT = "n/a: integer inputs give the same values in any dtype (sums of integers, index arithmetic)"
 
 COVERAGE = {
+    "ps06_threads": {
+        "q1": {"order": "T(1) is the first measurement",
+               "dtype": "[dtype] speed-up stored in np.empty_like(seconds): integer times truncate it",
+               "itemsize": "n/a: no byte counts", "limit": "n/a: no search or range",
+               "edge": "T(1) is the slowest measurement"},
+        "q2": {"order": "n/a: the fit is a sum over points", "dtype": "n/a: thread counts are integers in the visible tests",
+               "itemsize": "n/a: no byte counts", "limit": "n/a: no search or range", "edge": "Amdahl fit with an intercept"},
+        "q3": {"order": "n/a: returns one count", "dtype": "n/a: takes numbers only",
+               "itemsize": "n/a: no byte counts", "limit": "never tries max_threads itself",
+               "edge": "returns the first p that misses"},
+    },
+    "ps08_averaging": {
+        "q1": {"order": "n/a: a weighted sum", "itemsize": "n/a: no byte counts", "limit": "n/a: no search or range",
+               "dtype": "[dtype] average accumulated in np.zeros_like(models[0]): integer models truncate it",
+               "edge": "plain mean, counts ignored"},
+        "q2": {"order": "every worker starts from the previous worker's replica",
+               "dtype": "[dtype] each replica starts as w.copy(): an integer w truncates the steps",
+               "itemsize": "n/a: no byte counts", "limit": "n/a: no search or range", "edge": "replicas averaged equally"},
+        "q3": {"order": "n/a: returns one count", "dtype": "n/a: takes numbers only",
+               "itemsize": "[itemsize] float64 parameters (8 bytes each)",
+               "limit": "m truncated", "edge": "m rounded half up instead of Python's round"},
+    },
     "ps05_collectives": {
         "q1": {"order": "[order] each step's sends listed from the last rank down", "dtype": "n/a: takes only p",
                "itemsize": _NA_BYTES, "limit": "n/a: no search; p = 1 (no steps) is a visible check",
