@@ -161,3 +161,48 @@ def test_chapter_10_says_stages_1_to_3_lose_the_same_time_and_ddp_none():
     assert rows[0]["exposed_comm_s"] == pytest.approx(0.0, abs=1e-9)
     computes = float(re.search(r"each step computes for ([\d.]+) s", body).group(1))
     assert rows[0]["compute_s"] == pytest.approx(computes, abs=0.05)
+
+
+# --- the other formulas the prose states -----------------------------------------------------------------------
+
+
+def test_expected_maxima_quoted_in_chapter_04():
+    """'H_3 = 1.83, where ln 3 = 1.10 would be 40 % too low' and the exercise's μ(H_{N+b} - H_b)."""
+    import math
+
+    body = text(chapter("04"))
+    h3 = float(re.search(r"\$H_3 = ([\d.]+)\$", body).group(1))
+    assert formulas.expected_max_exponential(3) == pytest.approx(h3, abs=0.005)
+    low = int(re.search(r"would be (\d+) % too low", body).group(1))
+    assert 1 - math.log(3) / formulas.harmonic(3) == pytest.approx(low / 100, abs=0.01)
+    assert formulas.expected_kth_of_exponential(3, 3) == pytest.approx(formulas.expected_max_exponential(3))
+    solution = _plain("course/solutions/04_sync_async_solutions.md")
+    assert "(H_3 - H_1)\\,\\mu = 0.83\\,\\mu" in solution
+    assert formulas.expected_kth_of_exponential(2, 3) == pytest.approx(0.8333, abs=1e-3)
+
+
+def test_ring_bytes_and_the_bubble_of_chapters_05_and_07():
+    assert "2\\,(N-1)\\,\\frac{K}{N}" in text(chapter("05"))
+    for n in (2, 3, 4, 8):
+        assert formulas.ring_elements_per_rank(n, 24 * n) == 2 * (n - 1) * 24
+    body = text(chapter("07")).replace(" ", "")
+    assert "(p-1)/(m+p-1)" in body and "(p-1)/m" in body
+    for p, m in ((4, 16), (8, 8), (2, 1)):
+        assert formulas.bubble_of_step(p, m) == pytest.approx((p - 1) / (m + p - 1))
+        assert formulas.bubble_over_compute(p, m) == pytest.approx((p - 1) / m)
+
+
+def test_zero_memory_table_and_the_checkpoint_peak_of_chapter_09():
+    body = text(chapter("09"))
+    for formula in ("16\\Psi", "4\\Psi + 12\\Psi/N", "2\\Psi + 14\\Psi/N", "16\\Psi/N"):
+        assert formula in body
+    psi, n = 7e9, 8
+    expect = (16 * psi, 4 * psi + 12 * psi / n, 2 * psi + 14 * psi / n, 16 * psi / n)
+    for stage, value in enumerate(expect):
+        assert formulas.zero_states_bytes(psi, n, stage) == pytest.approx(value)
+    assert "112 GB for a\n7B model" in _plain(f"course/{chapter('09')}") or "112 GB" in body
+    assert formulas.zero_states_bytes(7e9, 1, 0) == pytest.approx(112e9)
+    cell = next(c for c in cells(chapter("09")) if "$L = 16$ and $k = 4$" in c)
+    peak = int(re.search(r"\$L/k \+ k = (\d+)\$", cell).group(1))
+    assert formulas.checkpoint_peak_layers(16, 4) == peak
+    assert formulas.checkpoint_peak_layers(16, 4) == min(formulas.checkpoint_peak_layers(16, k) for k in (1, 2, 4, 8, 16))

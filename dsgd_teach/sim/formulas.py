@@ -54,3 +54,67 @@ def round_robin_staleness(n: int) -> int:
     """Staleness of every gradient once N equal workers land in a fixed order: N - 1 (Zhang et al. measure N,
     because their learners pull before their own previous gradient lands)."""
     return n - 1
+
+
+# --- chapters 04 and 10: the slowest of N, the N-th of N + b ----------------------------------------------------
+
+
+def harmonic(n: int) -> float:
+    """H_n = 1 + 1/2 + ... + 1/n (H_0 = 0)."""
+    return sum(1.0 / i for i in range(1, n + 1))
+
+
+def expected_max_exponential(n: int, mu: float = 1.0) -> float:
+    """E[max of N independent exponentials of mean mu] = mu H_N (the barrier's expected wait, chapter 04)."""
+    return mu * harmonic(n)
+
+
+def expected_kth_of_exponential(k: int, m: int, mu: float = 1.0) -> float:
+    """E[k-th smallest of M exponentials of mean mu] = mu (H_M - H_{M-k}): 'first N of N + b' is k = N, M = N + b."""
+    return mu * (harmonic(m) - harmonic(m - k))
+
+
+# --- chapter 05: bytes of the ring ---------------------------------------------------------------------------
+
+
+def ring_elements_per_rank(n: int, k: int) -> float:
+    """2(N-1)K/N elements each rank of a ring allreduce sends (exact for every rank when N divides K)."""
+    from ..collectives.algorithms import elements_sent
+
+    if k % n == 0:
+        return float(elements_sent("ring", k, n, 0))
+    return 2 * (n - 1) * k / n
+
+
+# --- chapter 07: the bubble ----------------------------------------------------------------------------------
+
+
+def bubble_of_step(p: int, m: int) -> float:
+    """GPipe's bubble as a fraction of the step, (p-1)/(m+p-1) (Huang et al. 2019, section 2.3): the schedules' own
+    ideal_bubble."""
+    from ..pipeline.schedules import ideal_bubble
+
+    return ideal_bubble(p, m, "gpipe")
+
+
+def bubble_over_compute(p: int, m: int) -> float:
+    """The same idle time over the ideal compute time, (p-1)/m (Narayanan et al. 2021, section 2.2.1)."""
+    step = bubble_of_step(p, m)
+    return step / (1 - step)
+
+
+# --- chapter 09: memory ---------------------------------------------------------------------------------------
+
+
+def zero_states_bytes(psi: float, n: int, stage: int) -> float:
+    """Bytes of model states per rank under ZeRO `stage`, mixed-precision Adam: 16Ψ, 4Ψ + 12Ψ/N, 2Ψ + 14Ψ/N, 16Ψ/N
+    (Rajbhandari et al. 2020, Figure 1): fit.py's model_states."""
+    from ..sharded.fit import model_states
+
+    return model_states(psi, n, stage, "mixed")["total"]
+
+
+def checkpoint_peak_layers(layers: int, segments: int) -> float:
+    """Layers' worth of activations at the peak of backward with `segments` checkpoints: L/k kept by the segment
+    being rebuilt plus the k checkpoints (Chen et al. 2016, section 4)."""
+    return layers / segments + segments
