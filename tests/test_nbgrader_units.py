@@ -9,7 +9,13 @@ import pytest
 
 from dsgd_teach.grading import batch as grading
 from dsgd_teach.grading.batch import Limits
-from dsgd_teach.grading.nbg.batches import GradingBatch, GradingEnvironmentError, log_path_for, read_batches
+from dsgd_teach.grading.nbg.batches import (
+    PROBE,
+    GradingBatch,
+    GradingEnvironmentError,
+    log_path_for,
+    read_batches,
+)
 from dsgd_teach.grading.nbg.preprocessors import DsgdGrade, RedactFeedback, _apply
 from dsgd_teach.grading.nbg.redact import check_statuses, redact_source, verdict_lines, verdict_outputs
 from dsgd_teach.grading.notebook import load_assignment
@@ -112,10 +118,75 @@ def test_a_kernel_that_never_starts_fails_the_batch_instead_of_scoring_zero(monk
     monkeypatch.setattr(grading, "run_worker", lambda *a, **k: dead)
     with pytest.raises(GradingEnvironmentError, match="reference run: the grading kernel never ran a cell"):
         batch.reference(PS05, "ps05_collectives", "ps05_collectives")
-    monkeypatch.setattr(grading, "run_worker", lambda cells, mode, *a, **k: started if mode == "reference" else dead)
+    probe = {"tests": {PROBE: {"status": "not run", "records": [], "error": "the grading kernel failed to start"}}}
+
+    def run_worker(cells, mode, *a, **k):
+        return probe if cells[0].get("grade_id") == PROBE else started if mode == "reference" else dead
+
+    monkeypatch.setattr(grading, "run_worker", run_worker)
     monkeypatch.setattr("dsgd_teach.grading.nbg.batches.check_reference", lambda *a: None)
     assignment, reference = batch.reference(PS05, "ps05_collectives", "ps05_collectives")
     pre = DsgdGrade()
-    with pytest.raises(GradingEnvironmentError, match="failed to start"):
+    with pytest.raises(GradingEnvironmentError, match="failed to start.*a probe sandbox failed too"):
         pre._grade_student(batch, assignment, reference, nbformat.read(str(PS05), as_version=4), "alice")
     assert batch.failure and "alice" in batch.failure
+
+
+def test_a_student_whose_own_run_dies_scores_zero_when_a_probe_sandbox_works(monkeypatch, tmp_path):
+    """Only grader-side facts (the probe) decide that the environment failed, never the student's own run."""
+    assignment = load_assignment(PS05)
+    started = {"tests": {q.grade_id: {"status": "ok", "records": [_rec("c", 1, False)]}
+                         for q in assignment.questions}}
+    probe = {"tests": {PROBE: {"status": "ok", "records": [_rec("probe", 1, False)]}}}
+    killed = {"error": "the grading process failed (exit 137): no output"}  # the student killed its own worker
+    asked = []
+
+    def run_worker(cells, mode, *a, **k):
+        asked.append(cells[0].get("grade_id"))
+        return probe if cells[0].get("grade_id") == PROBE else started if mode == "reference" else killed
+
+    monkeypatch.setattr(grading, "run_worker", run_worker)
+    monkeypatch.setattr("dsgd_teach.grading.nbg.batches.check_reference", lambda *a: None)
+    batch = GradingBatch(5, Limits(), tmp_path / "log.jsonl", [])
+    assignment, reference = batch.reference(PS05, "ps05_collectives", "ps05_collectives")
+    grades = DsgdGrade()._grade_student(batch, assignment, reference, nbformat.read(str(PS05), as_version=4), "eve")
+    assert batch.failure is None and PROBE in asked
+    assert [g.points for g in grades] == [0.0] * len(assignment.questions), grades
+    assert all(g.reason.startswith("the grading process failed (exit 137)") for g in grades), grades
+    assert not any(g.question == "(integrity)" for g in grades), grades
+
+
+def _metadata_chaos(nb) -> None:
+    """Cells of the plain route's metadata chaos, a newer schema, a pasted copy and a de-duplicated copy."""
+    q1 = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade", False))
+    gid = q1.metadata["nbgrader"]["grade_id"]
+    extra = [nbformat.v4.new_code_cell("x = 1") for _ in range(8)]
+    extra[0].metadata["nbgrader"] = {**q1.metadata["nbgrader"], "grade_id": "extra", "schema_version": 4}
+    extra[1].metadata["nbgrader"] = dict(q1.metadata["nbgrader"])  # the test cell pasted twice
+    extra[2].metadata["nbgrader"] = {}  # what nbgrader's DeduplicateIds leaves of a copy
+    extra[3].metadata["nbgrader"] = {**q1.metadata["nbgrader"], "grade_id": "not_in_the_source"}
+    extra[4].metadata["nbgrader"] = {**q1.metadata["nbgrader"], "points": "3", "grade": 1}
+    extra[5].metadata["nbgrader"] = {**q1.metadata["nbgrader"], "schema_version": True, "grade_id": gid + "x"}
+    extra[6].metadata["nbgrader"] = {"dsgd_invalid": "the nbgrader metadata is a list, not an object"}
+    extra[7].metadata["nbgrader"] = {**q1.metadata["nbgrader"], "cell_type": "code", "grade_id": "a b"}
+    nb.cells += extra
+
+
+def test_metadata_nbgrader_refuses_is_stripped_from_that_cell_only():
+    """Every kind of bad nbgrader metadata leaves the notebook valid for nbgrader's own validator."""
+    from nbgrader.nbgraderformat import MetadataValidator
+
+    from dsgd_teach.grading.nbg.metadata import known_cells, strip_bad
+
+    nb = nbformat.read(str(PS05), as_version=4)
+    _metadata_chaos(nb)
+    with pytest.raises(Exception):  # noqa: B017 - nbgrader's SchemaTooNewError, or another of its errors
+        MetadataValidator().validate_nb(nb)
+    graded_before = [c.metadata["nbgrader"]["grade_id"] for c in nb.cells[:-8] if "nbgrader" in c.metadata]
+    problems = strip_bad(nb, known_cells(nbformat.read(str(PS05), as_version=4)))
+    MetadataValidator().validate_nb(nb)
+    assert [c.metadata["nbgrader"]["grade_id"] for c in nb.cells if "nbgrader" in c.metadata] == graded_before
+    assert len(problems) == 8, problems
+    for word in ("schema version 4", "second copy", "schema version 0", "unknown grade id", "'grade' is a int",
+                 "schema version True", "metadata is a list", "grade id 'a b'"):
+        assert any(word in p for p in problems), (word, problems)

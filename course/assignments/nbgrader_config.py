@@ -17,6 +17,10 @@ c.ClearHiddenTests.begin_test_delimeter = "BEGIN HIDDEN TESTS"
 c.ClearHiddenTests.end_test_delimeter = "END HIDDEN TESTS"
 
 _ROUTE = "dsgd_teach.grading.nbg.preprocessors."
+# Every submission is read bounded, in a memory-capped child, and nbgrader metadata nbgrader would refuse (a newer
+# schema, a pasted copy of a cell, unknown ids, wrong types) is stripped from that cell before nbgrader sees it:
+# one student's notebook can neither exhaust the grader's memory nor stop the run for everyone after it.
+c.Autograde.exporter_class = "dsgd_teach.grading.nbg.guard.BoundedExporter"
 c.Autograde.autograde_preprocessors = [
     _ROUTE + "DsgdGrade",
     "nbgrader.preprocessors.LimitOutput",

@@ -20,6 +20,7 @@ from ..notebook import Assignment, load_assignment, source_cells
 from ..verdict import check_reference
 
 BATCH_LOG = "dsgd_grading_batches.jsonl"
+PROBE = "dsgd_probe"
 
 
 class GradingEnvironmentError(RuntimeError):
@@ -57,6 +58,15 @@ class GradingBatch:
                 self.fail(str(exc))
             self.references[key] = (assignment, result)
         return self.references[key]
+
+    def probe(self) -> str:
+        """'' when a fresh sandbox under this batch's limits runs a cell and reports, else why not (grader-side)."""
+        cells = [{"source": "check('probe', 1, 1)", "grade_id": PROBE}]
+        result = grading.run_worker(cells, "reference", self.limits, self.seed, self.protected)
+        test = result.get("tests", {}).get(PROBE, {})
+        if "error" in result or test.get("status") != "ok" or not test.get("records"):
+            return str(result.get("error") or test.get("error") or test.get("status") or "no report")[:300]
+        return ""
 
     def fail(self, message: str) -> None:
         """Remember an environment failure (later notebooks fail fast with it) and raise it."""

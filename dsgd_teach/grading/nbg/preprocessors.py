@@ -25,11 +25,14 @@ from traitlets import Integer
 from .. import batch as grading
 from ..batch import Limits, Submission
 from ..notebook import Assignment, nbgrader_meta
+from ..text import clean
 from ..verdict import Grade
 from .batches import GradingBatch, GradingEnvironmentError, log_path_for
+from .guard import notes_of
 from .redact import REF_PATTERN, redact_source, redact_text, verdict_lines, verdict_outputs
 
 RESOURCE_KEY = "dsgd_grading"
+NOTES = "(notes)"  # a row of the grader's notes on the submission (its nbgrader metadata problems), 0 points
 ENVIRONMENT_FAILURES = ("grading kernel failed to start", "the grading process failed")
 
 
@@ -42,6 +45,8 @@ class DsgdGrade(NbGraderPreprocessor):
     memory_mb = Integer(1536, help="Address-space limit per grading kernel (MB).").tag(config=True)
     cpu_s = Integer(600, help="CPU seconds per grading kernel.").tag(config=True)
     notebook_s = Integer(900, help="Wall-clock seconds per notebook, whatever its number of cells.").tag(config=True)
+    kill_grace_s = Integer(60, help="Seconds after notebook_s before the grader kills a sandbox that has not "
+                           "returned (its submission: 'took longer than N s').").tag(config=True)
 
     def preprocess(self, nb: Any, resources: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
         info = resources["nbgrader"]
@@ -52,7 +57,14 @@ class DsgdGrade(NbGraderPreprocessor):
         source = Path(coursedir.format_path(coursedir.source_directory, ".", info["assignment"]))
         assignment, reference = batch.reference(source / f"{info['notebook']}.ipynb", info["assignment"],
                                                 info["notebook"])
-        grades = self._grade_student(batch, assignment, reference, nb, info["student"])
+        notes = notes_of(nb)
+        if notes.get("unreadable"):  # read bounded by BoundedExporter: nothing of it reaches a worker
+            grades = [Grade(q.grade_id, 0.0, q.points, clean(f"could not read the notebook: {notes['unreadable']}"))
+                      for q in assignment.questions]
+        else:
+            grades = self._grade_student(batch, assignment, reference, nb, info["student"])
+        if notes.get("problems"):
+            grades.append(Grade(NOTES, 0.0, 0.0, clean("; ".join(notes["problems"]), 1000)))
         _apply(nb, assignment, reference, grades)
         resources[RESOURCE_KEY] = {"order": [q.grade_id for q in assignment.questions],
                                    "grades": {g.question: g.__dict__ for g in grades}}
@@ -60,7 +72,8 @@ class DsgdGrade(NbGraderPreprocessor):
         if flags:
             self.log.warning("%s/%s: %s", info["student"], info["assignment"], flags[0])
         batch.record({"assignment": info["assignment"], "notebook": info["notebook"], "student": info["student"],
-                      "points": sum(g.points for g in grades), "max_points": assignment.max_points, "flags": flags})
+                      "points": sum(g.points for g in grades), "max_points": assignment.max_points, "flags": flags,
+                      "notes": [g.reason for g in grades if g.question == NOTES]})
         return nb, resources
 
     def _batch(self, db_url: str) -> GradingBatch:
@@ -71,7 +84,8 @@ class DsgdGrade(NbGraderPreprocessor):
             seed = secrets.randbelow(2**31) if self.seed is None else int(self.seed)
             exchange = self.config.get("Exchange", {}).get("root")
             protected = sorted({os.path.realpath(p) for p in (coursedir.root or ".", exchange) if p})
-            batch = GradingBatch(seed, Limits(self.timeout_s, self.memory_mb, self.cpu_s, self.notebook_s),
+            batch = GradingBatch(seed, Limits(self.timeout_s, self.memory_mb, self.cpu_s, self.notebook_s,
+                                        kill_grace_s=self.kill_grace_s),
                                  log_path_for(db_url, coursedir.root or "."), protected)
             owner._dsgd_batch = batch
             self.log.info("dsgd-teach grading batch %s: hidden-input seed %d (recorded in %s)", batch.batch_id,
@@ -91,9 +105,12 @@ class DsgdGrade(NbGraderPreprocessor):
             nbformat.write(nb, str(path))
             sub = Submission(student, assignment.name, path)
             grades = grading.grade_one(sub, assignment, reference, batch.limits, batch.seed, batch.protected)
-        scored = [g for g in grades if g.question != "(integrity)"]
+        scored = [g for g in grades if not g.question.startswith("(")]
         if scored and all(any(m in g.reason for m in ENVIRONMENT_FAILURES) for g in scored):
-            batch.fail(f"grading {student}/{assignment.name}: {scored[0].reason}")
+            why = batch.probe()  # the student's own run cannot say whether the environment failed: ask a probe
+            if why:
+                batch.fail(f"grading {student}/{assignment.name}: {scored[0].reason}; a probe sandbox failed too: "
+                           f"{why}")
         return grades
 
 
@@ -142,9 +159,10 @@ class DsgdComments(NbGraderPreprocessor):
                 for solution in pending:
                     comments[solution] = f"{gid}: " + "\n".join(verdict_lines([], grades[gid]))
                 pending = []
-        if "(integrity)" in grades and comments:
-            first = next(iter(comments))
-            comments[first] += "\n" + grades["(integrity)"].reason
+        for extra in ("(integrity)", NOTES):
+            if extra in grades and comments:
+                first = next(iter(comments))
+                comments[first] += "\n" + grades[extra].reason
         with Gradebook(info["db_url"]) as gb:
             for solution, text in comments.items():
                 comment = gb.find_comment(solution, info["notebook"], info["assignment"], info["student"])
