@@ -1,5 +1,8 @@
 """A hostile class graded with --jobs 2: attacks score nothing they did not answer, honest students keep full marks.
 
+The grader's own peak RSS over the batch (a parse bomb among the attacks) must rise by less than GRADER_PEAK_MB;
+workers killed or stopped by their own students give their reasons, unflagged.
+
 Set DSGD_HOSTILE_UNSAFE=1 to run the same batch with --unsafe-no-sandbox: the test then lists what the attacks
 got away with (that is how the sandbox was shown to be what holds these properties). DSGD_HOSTILE_OFF switches off
 single defences instead, e.g. "seccomp,cgroups,budget" (the seccomp filter, the per-sandbox cgroups, the notebook's
@@ -9,6 +12,7 @@ time budget): the test then fails, naming what each let through.
 from __future__ import annotations
 
 import csv
+import functools
 import html
 import json
 import os
@@ -22,7 +26,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from grading_attacks import ATTACKS, FLAGGED, HONEST_POINTS, MARKER, write_submission
+from grading_attacks import ATTACKS, FLAGGED, HONEST_POINTS, MARKER, REASONS, UNFLAGGED, write_submission
 
 from dsgd_teach.grading import bubblewrap, cgroups, cli, seccomp
 from dsgd_teach.grading.notebook import load_assignment
@@ -32,7 +36,7 @@ SOURCE = Path(__file__).resolve().parents[1] / "course" / "assignments" / "sourc
 UNSAFE = os.environ.get("DSGD_HOSTILE_UNSAFE") == "1"
 LEFT_OUT = set(os.environ.get("DSGD_HOSTILE_SKIP", "").split(","))  # for the demonstration only, e.g. "plant"
 OFF = set(os.environ.get("DSGD_HOSTILE_OFF", "").split(","))  # defences switched off, for the demonstration
-HONEST = ("b_honest_1", "c_honest_2", "honest_3")
+HONEST = ("b_honest_1", "c_honest_2", "honest_3", "zz_honest_4")  # before, among and after the attacks
 NAMES = {"kill_pids": "a_kill_pids", "watch_spin": "b_watch_spin",  # sorted early: they run beside honest students
          "budget": "d_budget"}
 NOTEBOOK_S = 35  # each notebook's budget: the budget attack's cells sleep 39 s in all
@@ -41,6 +45,8 @@ SEED = 4242
 BATCH_S = 330  # the whole batch, on two busy cores (about 250 s)
 MB = 1 << 20
 SANDBOX_MB = 1536 + 512  # a sandbox's cgroup memory limit: --memory-mb plus the worker's share
+KILL_GRACE_S = 15  # the overrun attack stops its worker: the grader kills it NOTEBOOK_S + this after its start
+GRADER_PEAK_MB = 256  # the grader's own peak RSS may rise this much over a batch (a parse bomb made it 2 GB)
 
 
 def build_class(root: Path) -> tuple[Path, Path]:
@@ -145,6 +151,8 @@ def check_batch(rc: int, out: Path, subs_before: dict, subs: Path, csv_at_exit: 
     problems += [f"honest {name} was flagged" for name in HONEST if name in flagged]
     problems += [f"attack {NAMES.get(a, a)} was not flagged" for a in sorted(FLAGGED - LEFT_OUT)
                  if rows and NAMES.get(a, a) not in flagged]
+    problems += [f"{a} was flagged, though the grader observed no denied action" for a in sorted(UNFLAGGED - LEFT_OUT)
+                 if a in flagged]
     points: dict[str, dict[str, float]] = {}
     reasons: dict[str, str] = {}
     for r in rows:
@@ -162,6 +170,9 @@ def check_batch(rc: int, out: Path, subs_before: dict, subs: Path, csv_at_exit: 
         got = points.get(name, {})
         if not {"q1", "q2", "q3"} <= set(got) or any(got[q] != honest.get(q, 0.0) for q in got):
             problems.append(f"attack {name} scored {got}, allowed {honest or 'nothing'}")
+    for name, word in REASONS.items() if rows else ():
+        if name not in LEFT_OUT and word not in reasons.get(name, ""):
+            problems.append(f"{name}'s row does not say {word!r}: {reasons.get(name, '')[:300]}")
     for name, word in SPECIAL.items() if rows else ():
         if sum(points.get(name, {"?": 1}).values()) != 0 or word not in reasons.get(name, ""):
             problems.append(f"{name} (a {word}) was not skipped with a reason: {reasons.get(name)}")
@@ -238,6 +249,17 @@ def check_kernel_attacks(out: Path) -> list[str]:
     return problems
 
 
+def run_measured(fn) -> tuple[int, int]:
+    """fn's result, and how far this process's peak RSS (VmHWM, reset first) rose above its RSS while it ran."""
+    def status(key: str) -> int:
+        return int(re.search(rf"^{key}:\s+(\d+) kB", Path("/proc/self/status").read_text(), re.M).group(1)) << 10
+
+    Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the current RSS (Linux 4.0+)
+    before = status("VmRSS")
+    result = fn()
+    return result, status("VmHWM") - before
+
+
 def switch_off(monkeypatch: pytest.MonkeyPatch) -> None:
     """DSGD_HOSTILE_OFF: run the batch without the named defences (the demonstration that the test needs them)."""
     if "seccomp" in OFF:
@@ -251,6 +273,7 @@ def test_hostile_class_scores_only_honest_answers(tmp_path, monkeypatch):
     if not UNSAFE and bubblewrap.probe():
         pytest.skip(f"no OS sandbox here: {bubblewrap.probe()}")
     switch_off(monkeypatch)
+    monkeypatch.setattr(cli, "Limits", functools.partial(cli.Limits, kill_grace_s=KILL_GRACE_S))
     source, subs = build_class(tmp_path)
     out = tmp_path / "graded"
     before = snapshot(subs)
@@ -262,7 +285,7 @@ def test_hostile_class_scores_only_honest_answers(tmp_path, monkeypatch):
     watcher.start()
     t0 = time.monotonic()
     try:
-        rc = cli.main(args + (["--unsafe-no-sandbox"] if UNSAFE else []))
+        rc, rise = run_measured(lambda: cli.main(args + (["--unsafe-no-sandbox"] if UNSAFE else [])))
         took = time.monotonic() - t0
         csv_at_exit = (out / "grades.csv").read_bytes() if (out / "grades.csv").is_file() else None
         problems = check_batch(rc, out, before, subs, csv_at_exit) + check_kernel_attacks(out)
@@ -271,6 +294,8 @@ def test_hostile_class_scores_only_honest_answers(tmp_path, monkeypatch):
         watcher.join()
         kill_marked()
     problems += check_host(host, host_state(), peak[0], took)
-    print(f"host before/after: {host['shmem'] // MB}/{host_state()['shmem'] // MB} MB Shmem (peak {peak[0] // MB}), "
+    if rise > GRADER_PEAK_MB * MB:
+        problems.append(f"the grader's own peak RSS rose by {rise // MB} MB during the batch, past {GRADER_PEAK_MB} MB")
+    print(f"grader's peak RSS: +{rise // MB} MB over the batch; host before/after: {host['shmem'] // MB}/{host_state()['shmem'] // MB} MB Shmem (peak {peak[0] // MB}), "
           f"{host['available'] // MB}/{host_state()['available'] // MB} MB available; batch {took:.0f} s")
     assert not problems, "\n".join(problems)

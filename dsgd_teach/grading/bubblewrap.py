@@ -48,7 +48,7 @@ class SandboxUnavailable(RuntimeError):
 class Outcome:
     """What came back from one sandbox run."""
 
-    result: bytes | None
+    result: bytes | bytearray | None
     returncode: int | None
     stderr_tail: str
     timed_out: bool
@@ -139,8 +139,8 @@ def _run(inner: list[str], stdin: bytes, timeout_s: float, env: dict[str, str] |
     info_r, info_w = os.pipe()
     filter_r = _filter_fd()
     argv = command(inner, {**base_env(), **(env or {})}, info_w, filter_r)
-    chunks: list[bytes] = []
-    reader = threading.Thread(target=_drain, args=(result_r, chunks), daemon=True)
+    data = bytearray()  # filled in place, never joined: the grader holds one copy of a result
+    reader = threading.Thread(target=_drain, args=(result_r, data), daemon=True)
     with tempfile.TemporaryFile() as err:
         try:
             full = argv + [str(result_w)]
@@ -166,7 +166,6 @@ def _run(inner: list[str], stdin: bytes, timeout_s: float, env: dict[str, str] |
         err.seek(0, os.SEEK_END)
         err.seek(max(0, err.tell() - 4000))
         tail = err.read().decode(errors="replace")
-    data = b"".join(chunks)
     usage = scope.usage() if scope else None
     return Outcome(data if data and not timed_out else None, proc.returncode, tail, timed_out, usage)
 
@@ -217,14 +216,12 @@ def _child_pid(info_r: int, timeout_s: float = 120.0) -> int | None:
         return None
 
 
-def _drain(fd: int, chunks: list[bytes]) -> None:
+def _drain(fd: int, data: bytearray) -> None:
     """Read the result pipe to its end, keeping at most MAX_RESULT_BYTES."""
-    size = 0
     with os.fdopen(fd, "rb", buffering=0) as fh:
         while block := fh.read(1 << 16):
-            if size < MAX_RESULT_BYTES:
-                chunks.append(block[:MAX_RESULT_BYTES - size])
-                size += len(chunks[-1])
+            if len(data) < MAX_RESULT_BYTES:
+                data += block[:MAX_RESULT_BYTES - len(data)]
 
 
 @functools.lru_cache(maxsize=1)
