@@ -51,7 +51,7 @@ def _check_memory(s, config, n, stage):
 
 @pytest.mark.parametrize("stage", [0, 1, 2, 3])
 def test_bf16_memory_within_ten_percent_and_traffic_exact(client, stage):
-    config = ZeroConfig(stage=stage, precision="bf16", steps=2, depth=6, batch_size=64)
+    config = ZeroConfig(stage=stage, precision="bf16", steps=2, depth=6, batch_size=64, bucket_mb=0.0)
     _check_memory(run_zero(config, client).summary, config, 2, stage)
 
 
@@ -93,7 +93,7 @@ def test_memory_and_traffic_at_four_ranks(client):
     client.resize(4)
     try:
         for stage in range(4):
-            config = ZeroConfig(workers=4, stage=stage, precision="bf16", steps=2, depth=6, batch_size=64)
+            config = ZeroConfig(workers=4, stage=stage, precision="bf16", steps=2, depth=6, batch_size=64, bucket_mb=0.0)
             _check_memory(run_zero(config, client).summary, config, 4, stage)
     finally:
         client.resize(2)

@@ -131,8 +131,9 @@ def start_reduce_scatter(comm: Comm, flat: torch.Tensor, how: str, pool: Executo
         return Pending(comm, "reduce-scatter", future=pool.submit(ring_reduce_scatter, comm, flat))
     out = torch.empty(flat.numel() // comm.world, dtype=flat.dtype, device=flat.device)
     _note_library(comm, out, "reduce-scatter")
-    return Pending(comm, "reduce-scatter", out=out,
-                   work=dist.reduce_scatter_tensor(out, flat.detach().contiguous(), async_op=True))
+    # gloo's list form: its flat-tensor form took 1.2-1.8x as long here (4 MiB fp32 over 2 ranks on loopback)
+    chunks = list(flat.detach().contiguous().chunk(comm.world))
+    return Pending(comm, "reduce-scatter", out=out, work=dist.reduce_scatter(out, chunks, async_op=True))
 
 
 def start_all_gather(comm: Comm, shard: torch.Tensor, how: str, pool: Executor | None,

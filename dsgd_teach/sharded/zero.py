@@ -28,10 +28,14 @@ import torch.distributed as dist
 from ..runtime.comm import Comm
 from .shard_ops import HOW, Pending, start_all_gather, start_all_reduce, start_reduce_scatter
 from .zero_formulas import activation_meter, traffic_formula, zero_formula
-from .zero_units import Unit, find_units, shard_parameters
+from .zero_units import Unit, bucket_units, find_units, shard_parameters
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 UNUSED = ("error", "zero")
+#: Stages 0-2 reduce the gradients of this many bytes of parameters at a time (PyTorch DDP's default cap).
+BUCKET_BYTES = 25 * 2**20
+#: Stages 2-3 wait for the oldest reduce-scatter before starting one more than this: the full gradients they hold.
+IN_FLIGHT = 1
 __all__ = ["DTYPES", "LossScaler", "ZeroAdam", "activation_meter", "traffic_formula", "zero_formula"]
 
 
@@ -56,7 +60,7 @@ class ZeroAdam:
 
     def __init__(self, model: torch.nn.Module, comm: Comm, stage: int = 1, how: str = "ring", precision: str = "fp32",
                  lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
-                 scaler: LossScaler | None = None, unused: str = "error") -> None:
+                 scaler: LossScaler | None = None, unused: str = "error", bucket_bytes: int = BUCKET_BYTES) -> None:
         for name, value, allowed in (("stage", stage, (0, 1, 2, 3)), ("how", how, HOW),
                                      ("precision", precision, tuple(DTYPES)), ("unused", unused, UNUSED)):
             if value not in allowed:
@@ -66,6 +70,8 @@ class ZeroAdam:
         self.scaler = scaler if scaler is not None else (LossScaler() if precision == "fp16" else None)
         model.to(self.dtype)
         self.units = find_units(model, comm.world, comm.rank)
+        if stage <= 2:  # communicated a bucket of layers at a time, as DDP's buckets; stage 3 gathers a layer at a time
+            self.units = bucket_units(self.units, bucket_bytes, comm.world, comm.rank)
         if not self.units:
             raise ValueError("ZeroAdam: the model has no trainable parameters (all have requires_grad=False)")
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="dsgd-zero-ring") if how == "ring" else None
@@ -140,8 +146,9 @@ class ZeroAdam:
         """Start unit v's gradient collective (a missing gradient counts as zeros)."""
         self._next += 1
         v.launched = True
-        if self.stage >= 2 and self._pending:  # stages 2-3 keep one full gradient in flight at most
-            self._complete(self._pending[-1])
+        in_flight = [e for e in self._pending if e[2] is not None]
+        if self.stage >= 2 and len(in_flight) >= IN_FLIGHT:  # stages 2-3 bound the full gradients in flight
+            self._complete(in_flight[0])
         self.sample()
         if self.stage <= 1:
             assert v.grad_full is not None
@@ -228,17 +235,15 @@ class ZeroAdam:
                 self.last_held = self.sample()
                 self._clear()
                 return False
-        gathers, squares = [], 0.0
-        for entry in list(self._pending):  # unit by unit: Adam on one overlaps the others' traffic
+        squares = 0.0
+        for entry in self._pending:
             u = entry[0]
             self._complete(entry)
-            master = self.masters[self.units.index(u)]
             g = u.grad_shard.float().div_(self.comm.world * scale)  # the unit's summed gradient (or shard), averaged
-            squares += float((g.double() ** 2).sum())
-            master.grad = g
-            self.opt.step()  # only this unit's master has a gradient: Adam skips the others
-            master.grad = None
-            gathers.append((u, self._spread(u, master)))
+            squares += float(torch.linalg.vector_norm(g)) ** 2
+            self.masters[self.units.index(u)].grad = g
+        self.opt.step()
+        gathers = [(u, self._spread(u, m)) for u, m in zip(self.units, self.masters, strict=True)]
         self.last_held = self.sample()  # the model states at the optimizer step
         self.grad_norm = math.sqrt(squares)  # this rank's shard of the averaged, unscaled gradient (stage 0: all)
         for u, pending in gathers:

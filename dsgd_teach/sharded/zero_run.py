@@ -34,6 +34,7 @@ class ZeroConfig(Config):
     collective: str = "ring"
     precision: str = "fp32"
     loss_scale: float = 2.0**16  # fp16's initial dynamic loss scale
+    bucket_mb: float = 25.0  # stages 0-2 reduce this many MiB of gradients at a time (0: one layer at a time)
     batch_size: int = 16
     width: int = 64
     depth: int = 4
@@ -52,6 +53,7 @@ class ZeroConfig(Config):
         check_choice("collective", self.collective, ("ring", "library"))
         check_choice("precision", self.precision, tuple(DTYPES))
         check_float("loss_scale", self.loss_scale, 1.0, 2.0**32)
+        check_float("bucket_mb", self.bucket_mb, 0.0, 1024.0)
         check_int("batch_size", self.batch_size, 1, 4096)
         check_int("width", self.width, 1, 8192)
         check_int("depth", self.depth, 1, 64)
@@ -116,7 +118,8 @@ def zero_rank(ctx: WorkerContext, comm: Comm, config: ZeroConfig) -> dict[str, n
     dev = comm.device
     model = make_mlp(config.width, config.depth, seed=config.seed).to(dev)
     scaler = LossScaler(config.loss_scale) if config.precision == "fp16" else None
-    zero = ZeroAdam(model, comm, config.stage, config.collective, config.precision, lr=config.lr, scaler=scaler)
+    zero = ZeroAdam(model, comm, config.stage, config.collective, config.precision, lr=config.lr, scaler=scaler,
+                    bucket_bytes=int(config.bucket_mb * 2**20))
     psi = sum(u.padded for u in zero.units)
     expect = zero.formula()
     clock = time.time() - time.perf_counter() - ctx.t0  # perf_counter -> seconds since the run started

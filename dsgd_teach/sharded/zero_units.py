@@ -129,3 +129,26 @@ def shard_parameters(model: torch.nn.Module, unit: Unit, world: int) -> None:
                 if q is p:
                     module._parameters[key] = sp
         unit.params[i] = sp
+
+
+def bucket_units(units: list[Unit], cap_bytes: int, world: int, rank: int) -> list[Unit]:
+    """Units merged into buckets, in reverse order of registration (the order backward produces them), each closed
+    once it holds cap_bytes; the buckets listed in registration order. Stages 0-2 reduce a bucket at a time."""
+    merged: list[list[Unit]] = []
+    current: list[Unit] = []
+    filled = 0
+    for u in reversed(units):
+        current.append(u)
+        filled += sum(p.numel() * p.element_size() for p in u.params)
+        if filled >= cap_bytes:
+            merged.append(current)
+            current, filled = [], 0
+    if current:
+        merged.append(current)
+    buckets = []
+    for group in reversed(merged):
+        group = group[::-1]
+        modules = [m for u in group for m in u.modules]
+        named = [(n, p) for u in group for n, p in zip(u.names, u.params, strict=True)]
+        buckets.append(Unit(modules, named, world, rank))
+    return buckets
