@@ -38,6 +38,32 @@ def plot_timeline(ax: Axes, trace: pd.DataFrame, step: int | None = None, rank: 
     ax.set_title(f"rank {rank}, step {step}: allreduces overlap backward", fontsize=9)
 
 
+COLLECTIVE_COLOURS = {"reduce-scatter": "tab:orange", "allreduce": "tab:red", "all-gather": "tab:green",
+                      "all-gather (just in time)": "tab:olive"}
+
+
+def plot_zero_timeline(ax: Axes, trace: pd.DataFrame, step: int | None = None, rank: int = 0) -> None:
+    """One rank's ZeRO step as a Gantt chart: backward, then each collective from its start to its end, in ms."""
+    t = trace[trace.worker == rank]
+    ups = t[t.event == "update"]
+    if not len(ups):
+        return
+    step = int(ups.step.max()) if step is None else step
+    t = t[t.step == step]
+    upd = t[t.event == "update"]
+    origin = float(upd.start.iloc[0])
+    rows = [("backward", r.start, r.end, "tab:blue") for r in t[t.event == "backward"].itertuples()]
+    rows += [(f"{r.what}, unit {int(r.unit)}", r.start, r.end, COLLECTIVE_COLOURS.get(r.what, "tab:gray"))
+             for r in t[t.event == "collective"].sort_values("start").itertuples()]
+    for i, (_, start, end, colour) in enumerate(rows):
+        ax.barh(i, max((end - start) * 1e3, 0.05), left=(start - origin) * 1e3, color=colour, height=0.6)
+    ax.axvline((float(upd.end.iloc[0]) - origin) * 1e3, color="k", lw=0.8, ls=":")
+    ax.set_yticks(range(len(rows)), [name for name, *_ in rows], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("ms since the step started (dotted: step done)")
+    ax.set_title(f"ZeRO-{int(upd.stage.iloc[0])}, rank {rank}, step {step}", fontsize=9)
+
+
 def plot_memory(ax: Axes, results: Mapping[str, pd.DataFrame]) -> None:
     """Bytes each rank held at the optimizer step, stacked by kind, with the formula as a black tick (MiB)."""
     for x, trace in enumerate(results.values()):

@@ -2,13 +2,15 @@
 
 Every trainable parameter of the model belongs to one sharding unit (`zero_units.py`: the parameters a module owns;
 norms, embeddings and tied weights included; frozen ones left whole on every rank). Rank r keeps Adam's state for
-shard r of every unit (stage >= 1). As soon as backward has produced a unit's gradient, a hook starts that unit's
+shard r of every unit (stage >= 1). Stages 0-2 communicate buckets of units (25 MiB by default, as DDP's buckets),
+stage 3 one unit at a time. As soon as backward has produced a unit's gradient, a hook starts that unit's
 collective without waiting, so communication overlaps the rest of backward (units start in reverse order of
 registration on every rank, as DDP's buckets do): stage 0 allreduces the gradient, stages 1-3 reduce-scatter it
-(stage 1 keeps the full gradient until the step, stages 2-3 free it once reduced). step() waits for each unit in
-turn, takes Adam's step on its shard and starts the all-gather of the new parameters (stages 1-2), so Adam on one
-unit overlaps the traffic of the others. Stage 3 keeps only a shard of the parameters: a unit is all-gathered
-before its module's forward and again before its backward, and freed after each.
+(stage 1 keeps the full gradient until the step, stages 2-3 free it once reduced). step() waits for the
+collectives, takes one Adam step over this rank's shards and all-gathers the new parameters (stages 1-2) with every
+unit's gather in flight at once. Stage 3 keeps only a shard of the parameters: a unit is all-gathered before its
+module's forward and again before its backward, and freed after each; every rank must run the same modules in the
+same order (as FSDP asks), since each gather is a collective.
 
 In fp32 the parameters are Adam's master copy (stage 3: the shard is); in bf16/fp16 an fp32 master copy of the
 shard is kept apart, as Rajbhandari et al. count it (K = 12).

@@ -169,7 +169,8 @@ def _train(ctx: WorkerContext, comm: Comm, config: ZeroConfig, model: torch.nn.M
                  held_params=held["params"], held_grads=held["grads"], held_optimizer=held["optimizer"],
                  held_total=held["total"], peak_bytes=zero.peak, activation_bytes=saved[0], cuda_max_bytes=cuda,
                  formula_params=expect["params"], formula_grads=expect["grads"], formula_optimizer=expect["optimizer"],
-                 formula_total=expect["total"], psi=psi, version_read=step, version_applied=step + 1)
+                 formula_total=expect["total"], psi=psi, version_read=step, version_applied=step + 1,
+                 start=t0 + clock, end=t0 + step_s + clock)
         if ctx.should_stop():
             break
 
