@@ -28,6 +28,7 @@ import torch
 import torch.distributed as dist
 
 from ..runtime.comm import Comm
+from .loss_scaler import LossScaler
 from .shard_ops import HOW, Pending, start_all_gather, start_all_reduce, start_reduce_scatter
 from .zero_formulas import activation_meter, traffic_formula, zero_formula
 from .zero_units import Unit, bucket_units, find_units, shard_parameters
@@ -39,22 +40,6 @@ BUCKET_BYTES = 25 * 2**20
 #: Stages 2-3 wait for the oldest reduce-scatter before starting one more than this: the full gradients they hold.
 IN_FLIGHT = 1
 __all__ = ["DTYPES", "LossScaler", "ZeroAdam", "activation_meter", "traffic_formula", "zero_formula"]
-
-
-class LossScaler:
-    """fp16's dynamic loss scaling (Micikevicius et al. 2018, section 3.2): halve and skip on overflow, else grow."""
-
-    def __init__(self, scale: float = 2.0**16, growth_interval: int = 100) -> None:
-        self.scale, self.growth_interval, self.good_steps, self.skipped = scale, growth_interval, 0, 0
-
-    def update(self, overflow: bool) -> None:
-        """Halve the scale after an overflow; double it after growth_interval clean steps."""
-        if overflow:
-            self.scale, self.good_steps, self.skipped = self.scale / 2, 0, self.skipped + 1
-        else:
-            self.good_steps += 1
-            if self.good_steps % self.growth_interval == 0:
-                self.scale *= 2
 
 
 class ZeroAdam:
