@@ -207,6 +207,26 @@ def gloo_interface(own_host: str) -> Iterator[None]:
                 os.environ["GLOO_SOCKET_IFNAME"] = old
 
 
+def _thread_ids() -> set[int]:
+    """The ids of this process's threads."""
+    return {int(t) for t in os.listdir("/proc/self/task")}
+
+
+def pin_new_threads(before: set[int], core: int) -> None:
+    """Pin the calling thread, and the threads started since `before` (gloo's), to `core`.
+
+    Joining with the thread already pinned, so that gloo's threads would inherit the core, failed the rendezvous
+    about one time in four on a loaded 2-core machine (gloo's connectFullMesh: "Connection closed by peer"): the
+    threads are pinned once the group has formed instead.
+    """
+    os.sched_setaffinity(0, {core})
+    for tid in _thread_ids() - before:
+        try:
+            os.sched_setaffinity(tid, {core})
+        except OSError:  # the thread has ended meanwhile
+            pass
+
+
 @contextmanager
 def process_group(spec: GroupSpec, rank: int) -> Iterator[Comm]:
     """Join the group as `rank` (bounded by spec.timeout_s) and yield a byte-counting Comm; always destroys it."""
@@ -217,8 +237,6 @@ def process_group(spec: GroupSpec, rank: int) -> Iterator[Comm]:
     extra = {"device_id": device} if device.type == "cuda" else {}
     own_host = host_of(spec.workers[rank]) if spec.workers else spec.host
     allowed = os.sched_getaffinity(0) if spec.cores else None
-    if spec.cores:  # before joining: the threads the group starts inherit this thread's core
-        os.sched_setaffinity(0, {spec.cores[rank]})
     try:
         if not spec.store:  # a spec made by hand: rank 0 listens on spec.port (the caller keeps it free)
             store = dist.TCPStore(spec.host, spec.port, spec.world, is_master=rank == 0, timeout=timeout)
@@ -226,10 +244,13 @@ def process_group(spec: GroupSpec, rank: int) -> Iterator[Comm]:
             store = take_store(spec.store)
         else:
             store = join_store(spec.host, spec.port, spec.world, spec.timeout_s)
+        threads_before = _thread_ids()
         with gloo_interface(own_host):
             dist.init_process_group(spec.backend, store=store, rank=rank, world_size=spec.world, timeout=timeout,
                                     **extra)
         del store  # the group keeps its own reference while it lasts
+        if spec.cores:  # after joining (see pin_new_threads): this thread, and the threads the group started
+            pin_new_threads(threads_before, spec.cores[rank])
         try:
             yield Comm(rank, spec.world, device, spec.timeout_s)
         finally:
