@@ -237,3 +237,23 @@ def test_bad_arguments_and_a_model_with_nothing_to_train_are_named():
     _loss(model, 0, 0).backward()
     with pytest.raises(ValueError, match="backward ran twice"):
         _loss(model, 1, 0).backward()
+
+
+def _unused_then_used(ctx, comm):  # noqa: ANN001
+    """A parameter the forward did not reach, then given a gradient through the loss: PyTorch's DDP refuses it too."""
+    model = make("unused")
+    ddp = OverlappedDDP(model, comm, 256, "library", find_unused_parameters=True)
+    x, y = batch(0, 0, comm.rank, ROWS)
+    loss = torch.nn.functional.mse_loss(ddp(x), y) + 0.01 * model.spare.weight.sum()
+    try:
+        loss.backward()
+        return ""
+    except RuntimeError as exc:
+        return str(exc)
+    finally:
+        ddp.close()
+
+
+def test_a_parameter_found_unused_that_then_gets_a_gradient_is_an_error_not_a_lost_gradient(client):
+    outs = _run(client, 2, _unused_then_used)
+    assert all("spare.weight" in o and "found unused" in o for o in outs), outs

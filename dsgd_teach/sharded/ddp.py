@@ -29,11 +29,12 @@ import torch.distributed as dist
 from ..collectives.algorithms import ring_allreduce
 from ..runtime.comm import Comm
 from .buckets import assign_buckets
+from .zero_units import output_tensors
 
 
 def reached_parameters(output: Any) -> set[int]:
     """ids of the leaf tensors (parameters) the autograd graph of output reaches."""
-    roots = [t.grad_fn for t in _tensors(output) if t.grad_fn is not None]
+    roots = [t.grad_fn for t in output_tensors(output) if t.grad_fn is not None]
     seen, reached = set(), set()
     while roots:
         node = roots.pop()
@@ -45,17 +46,6 @@ def reached_parameters(output: Any) -> set[int]:
             reached.add(id(variable))
         roots.extend(n for n, _ in node.next_functions)
     return reached
-
-
-def _tensors(value: Any) -> list[torch.Tensor]:
-    """The tensors in a (nested) output of a module's forward."""
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, dict):
-        value = list(value.values())
-    if isinstance(value, (list, tuple)):
-        return [t for v in value for t in _tensors(v)]
-    return []
 
 
 class OverlappedDDP:
@@ -88,7 +78,7 @@ class OverlappedDDP:
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="dsgd-ddp-ring") if allreduce == "ring" else None
         self._reset()
         for i, p in enumerate(self.params):
-            p.register_post_accumulate_grad_hook(lambda p, i=i: self._ready(i))
+            p.register_post_accumulate_grad_hook(lambda p, i=i: self._hook(i))
 
     def _reset(self) -> None:
         self._waiting = [len(b) for b in self.buckets]
@@ -107,6 +97,14 @@ class OverlappedDDP:
                     self._unused[i] = None if p.grad is None else p.grad.detach().clone()
                     self._ready(i)
         return out
+
+    def _hook(self, i: int) -> None:
+        """A gradient arrived: a parameter the forward found unused must not get one (its bucket may have left)."""
+        if i in self._unused and self.sync:
+            raise RuntimeError(f"OverlappedDDP: {self.names[i]} was found unused after forward but then got a gradient; "
+                               "with find_unused_parameters=True run one forward per backward, and compute the loss "
+                               "from the forward's output")
+        self._ready(i)
 
     @contextmanager
     def no_sync(self) -> Iterator[None]:

@@ -31,7 +31,7 @@ from ..runtime.comm import Comm
 from .loss_scaler import LossScaler
 from .shard_ops import HOW, Pending, start_all_gather, start_all_reduce, start_reduce_scatter
 from .zero_formulas import activation_meter, traffic_formula, zero_formula
-from .zero_units import Unit, bucket_units, find_units, shard_parameters
+from .zero_units import Unit, bucket_units, find_units, output_tensors, shard_parameters
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 UNUSED = ("error", "zero")
@@ -115,8 +115,8 @@ class ZeroAdam:
 
     def _after_forward(self, u: Unit, out: Any) -> None:
         self._free(u)
-        for t in out if isinstance(out, (list, tuple)) else (out,):
-            if isinstance(t, torch.Tensor) and t.requires_grad:
+        for t in output_tensors(out):
+            if t.requires_grad:
                 t.register_hook(lambda g, u=u: self._gather(u))
 
     # --- every stage: a unit's collective started as soon as backward has produced its gradient ----------

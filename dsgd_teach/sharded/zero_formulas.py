@@ -16,7 +16,7 @@ import torch
 def zero_formula(psi: float, n: int, stage: int, k: float = 12.0, mixed: bool = True) -> dict[str, float]:
     """Adam's bytes per rank: mixed precision 2Ψ params, 2Ψ grads, KΨ optimizer; fp32 (mixed=False) 4Ψ, 4Ψ, 8Ψ;
     each divided by N once its stage shards it."""
-    weight, state = (2.0, k) if mixed else (4.0, 8.0)
+    weight, state = (2.0, k) if mixed else (4.0, k - 4.0)  # fp32: the parameters are the master copy
     params = weight * psi / (n if stage >= 3 else 1)
     grads = weight * psi / (n if stage >= 2 else 1)
     optim = state * psi / (n if stage >= 1 else 1)
@@ -24,7 +24,11 @@ def zero_formula(psi: float, n: int, stage: int, k: float = 12.0, mixed: bool = 
 
 
 def traffic_formula(psi: float, n: int, stage: int) -> float:
-    """Elements each rank sends per step: 2Psi(N-1)/N for stages 0-2, 3Psi(N-1)/N for stage 3 (ring collectives)."""
+    """Elements each rank sends per step: 2Psi(N-1)/N for stages 0-2, 3Psi(N-1)/N for stage 3 (ring collectives).
+
+    Stage 3's count assumes every unit's modules run once per forward; each extra call (a module used twice, a tied
+    unit's second module) adds one all-gather of that unit.
+    """
     return (3 if stage == 3 else 2) * psi * (n - 1) / n
 
 

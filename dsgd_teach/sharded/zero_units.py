@@ -1,7 +1,8 @@
 """ZeRO's sharding units: every trainable parameter of any module, once, grouped by the module that owns it.
 
 A unit is the set of parameters one module owns directly (a Linear's weight and bias, a LayerNorm's scale and
-shift, an Embedding's table): FSDP's units (Zhao et al. 2023, section 3.2), a layer at a time. Modules that share a
+shift, an Embedding's table): finer than FSDP's units (Zhao et al. 2023, section 3.2), which wrap a whole subtree
+such as a transformer block. Modules that share a
 parameter (tied input and output embeddings) form one unit, so a shared parameter is sharded, reduced and updated
 once. Frozen parameters (requires_grad=False) belong to no unit: every rank keeps them whole and nobody updates them.
 
@@ -43,15 +44,21 @@ class Unit:
 
     def flat(self, tensors: list[torch.Tensor | None]) -> torch.Tensor:
         """tensors (one per parameter; None counts as zeros) laid end to end and zero-padded to the padded size."""
-        parts = [t.reshape(-1) if t is not None else torch.zeros(p.numel(), dtype=p.dtype, device=p.device)
-                 for t, p in zip(tensors, self.params, strict=True)]
-        return torch.nn.functional.pad(torch.cat(parts), (0, self.padded - self.numel))
+        p0 = self.params[0]
+        out = torch.empty(self.padded, dtype=p0.dtype, device=p0.device)  # one copy of each tensor, no more
+        for view, t in zip(self.views(out), tensors, strict=True):
+            if t is None:
+                view.zero_()
+            else:
+                view.copy_(t)
+        out[self.numel:].zero_()
+        return out
 
     def views(self, flat: torch.Tensor) -> list[torch.Tensor]:
         """Each parameter's slice of a padded flat vector, shaped like the parameter (no copy)."""
         out, offset = [], 0
         for p in self.params:
-            out.append(flat[offset:offset + p.numel()].view_as(p))
+            out.append(flat[offset:offset + p.numel()].view(p.shape))
             offset += p.numel()
         return out
 
@@ -93,6 +100,17 @@ def find_units(model: torch.nn.Module, world: int, rank: int) -> list[Unit]:
             units.append(Unit(modules, [(names[id(p)], p) for p in params], world, rank))
     units.sort(key=lambda u: order.index(id(u.params[0])))
     return units
+
+
+def output_tensors(value: Any) -> list[torch.Tensor]:
+    """The tensors in a (nested: tuples, lists, dicts) output of a module's forward."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in output_tensors(v)]
+    return []
 
 
 class ShardedParameter(torch.nn.Parameter):
