@@ -312,6 +312,11 @@ def test_the_delay_table_says_it_ran_1400_workers():
     assert "**1400** workers, not the 1000" in cell
 
 
+def test_lians_rate_counts_updates_with_t_not_the_vector_size_k():
+    body = text(chapter("04"))
+    assert "O(1/\\sqrt{K})$ after $K$ updates" not in body and "O(1/\\sqrt{T})$ after $T$ updates" in body
+
+
 def test_averaging_message_and_client_count():
     body = text(chapter("08"))
     assert "clients $K$" not in body and "$K + 3$ elements" in body
@@ -321,7 +326,7 @@ def test_averaging_message_and_client_count():
 def test_no_vague_sources(name):
     """'our sources', 'the guide', '(Codemia)': a learner cannot look these up."""
     body = text(name)
-    for vague in ("our sources", "the guide", "Codemia", "this course's sources"):
+    for vague in ("our sources", "the guide", "Codemia", "this course's sources", "survey source"):
         assert vague.lower() not in body.lower(), f"{name} cites {vague!r}"
 
 
