@@ -11,7 +11,8 @@ import torch
 import torch.distributed as dist
 from distributed import Client
 
-from dsgd_teach.runtime.group import plan_group, run_in_group
+from dsgd_teach.machine import worker_addresses
+from dsgd_teach.runtime.group import GroupSpec, host_store, plan_group, process_group, run_in_group
 from dsgd_teach.trace import TraceRecorder
 
 pytestmark = pytest.mark.timeout(180)
@@ -42,3 +43,22 @@ def test_groups_planned_together_form_in_any_order_and_a_spec_serves_one_group(c
     assert run_in_group(client, first, _rank_sum, [(), ()], TraceRecorder(), 60.0)[0] == [3.0, 3.0]
     with pytest.raises(RuntimeError, match="serves one group"):
         run_in_group(client, first, _rank_sum, [(), ()], TraceRecorder(), 60.0)
+
+
+def _join_alone(spec: GroupSpec) -> str:
+    """Join as rank 1 of a group whose rank 0 never comes: the join fails inside init_process_group."""
+    try:
+        with process_group(spec, 1):
+            return "joined"
+    except Exception as exc:  # noqa: BLE001 - the failure is the point
+        return type(exc).__name__
+
+
+def test_a_failed_join_leaves_its_worker_able_to_join_the_next_group(client: Client) -> None:
+    store = host_store(2)  # listening, but no rank 0 will ever write its address there
+    workers = tuple(worker_addresses(client))[:2]
+    lonely = GroupSpec("127.0.0.1", store.port, 2, "gloo", ("cpu", "cpu"), 2.0, workers, (), "never-rank-0")
+    assert client.submit(_join_alone, lonely, workers=[workers[1]], pure=False).result(60) != "joined"
+    spec = plan_group(client, 2, "cpu", 20.0, workers=list(workers))
+    outs, _ = run_in_group(client, spec, _rank_sum, [(), ()], TraceRecorder(), 60.0)
+    assert outs == [3.0, 3.0]

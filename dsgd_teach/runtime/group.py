@@ -207,6 +207,24 @@ def gloo_interface(own_host: str) -> Iterator[None]:
                 os.environ["GLOO_SOCKET_IFNAME"] = old
 
 
+@contextmanager
+def _counter_restored_on_failure() -> Iterator[None]:
+    """Undo a failed join's step of torch's process-group counter, which names every group's keys in its store.
+
+    The counter goes back to 0 only when a default group is destroyed; a join that failed has none to destroy, so
+    without this its worker's next group would wait for keys under another name than its peers' (every later group
+    on that worker timed out: "DistStoreError: wait timeout ... keys: /1//cpu//0/1", one test after another).
+    """
+    from torch.distributed import distributed_c10d
+
+    before = distributed_c10d._world.group_count
+    try:
+        yield
+    except BaseException:
+        distributed_c10d._world.group_count = before
+        raise
+
+
 def _thread_ids() -> set[int]:
     """The ids of this process's threads."""
     return {int(t) for t in os.listdir("/proc/self/task")}
@@ -245,7 +263,7 @@ def process_group(spec: GroupSpec, rank: int) -> Iterator[Comm]:
         else:
             store = join_store(spec.host, spec.port, spec.world, spec.timeout_s)
         threads_before = _thread_ids()
-        with gloo_interface(own_host):
+        with gloo_interface(own_host), _counter_restored_on_failure():
             dist.init_process_group(spec.backend, store=store, rank=rank, world_size=spec.world, timeout=timeout,
                                     **extra)
         del store  # the group keeps its own reference while it lasts
