@@ -33,9 +33,11 @@ STUDENTS = {"a_honest": "good", "b_duplicate_test": "duplicate_test", "c_kill_ow
 NOTEBOOK_S, KILL_GRACE_S = 35, 15
 GRADER_PEAK_MB = 400  # nbgrader's own process, start-up included (a parse bomb read in it peaked at 2.2 GB)
 PEAK = re.compile(r"DSGD_PEAK_RSS_KB (\d+)")
-MEASURED = ("import atexit, resource, sys\n"
-            "atexit.register(lambda: print('DSGD_PEAK_RSS_KB', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "
-            "file=sys.stderr))\n"
+# VmHWM, not getrusage's ru_maxrss: Linux keeps ru_maxrss across exec, so it reported the forking pytest worker's
+# own peak (694 MB in a full run) instead of nbgrader's.
+MEASURED = ("import atexit, re, sys\n"
+            "atexit.register(lambda: print('DSGD_PEAK_RSS_KB', re.search(r'VmHWM:\\s+(\\d+)', "
+            "open('/proc/self/status').read()).group(1), file=sys.stderr))\n"
             "sys.argv = ['nbgrader'] + sys.argv[1:]\n"
             "from nbgrader.apps.nbgraderapp import main\nmain()\n")
 pytestmark = [pytest.mark.timeout(1500),
