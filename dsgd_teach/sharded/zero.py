@@ -132,7 +132,6 @@ class ZeroAdam:
     def _launch(self, v: Unit) -> None:
         """Start unit v's gradient collective (a missing gradient counts as zeros)."""
         self._next += 1
-        v.launched = True
         in_flight = [e for e in self._pending if e[2] is not None]
         if self.stage >= 2 and len(in_flight) >= IN_FLIGHT:  # stages 2-3 bound the full gradients in flight
             self._complete(in_flight[0])
@@ -258,7 +257,7 @@ class ZeroAdam:
     def _clear(self) -> None:
         self._next, self._pending, self._fired = 0, [], set()
         for u, m in zip(self.units, self.masters, strict=True):
-            u.grad_shard, u.launched, u.waiting, m.grad = None, False, len(u.params), None
+            u.grad_shard, u.waiting, m.grad = None, len(u.params), None
             if u.grad_full is not None:
                 u.grad_full.zero_()
             else:

@@ -40,7 +40,6 @@ class Unit:
         self.grad_full: torch.Tensor | None = None  # stages 0-1: the padded gradient, each p.grad a view of it
         self.grad_shard: torch.Tensor | None = None  # this rank's shard of the summed gradient
         self.waiting = len(self.params)
-        self.launched = False
 
     def flat(self, tensors: list[torch.Tensor | None]) -> torch.Tensor:
         """tensors (one per parameter; None counts as zeros) laid end to end and zero-padded to the padded size."""
