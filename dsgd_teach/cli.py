@@ -202,7 +202,29 @@ def cmd_grade(argv: list[str]) -> int:
     return grade_main(argv)
 
 
-COMMANDS = {"run": cmd_run, "doctor": cmd_doctor, "bench": cmd_bench, "grade": cmd_grade}
+def cmd_similarity(argv: list[str]) -> int:
+    """`dsgd-teach similarity SUBMISSIONS_DIR ...`: the most similar pairs of solution cells per question."""
+    from .grading.similarity import main as similarity_main
+
+    return similarity_main(argv)
+
+
+def cmd_check(argv: list[str]) -> int:
+    """`dsgd-teach check NOTEBOOK`: run its visible tests in the grader's sandbox, before submitting."""
+    from .grading.check_cli import main as check_main
+
+    return check_main(argv)
+
+
+def cmd_gradescope(argv: list[str]) -> int:
+    """`dsgd-teach gradescope ASSIGNMENT --out autograder.zip`: Gradescope's autograder for an assignment."""
+    from .grading.gradescope_cli import main as gradescope_main
+
+    return gradescope_main(argv)
+
+
+COMMANDS = {"run": cmd_run, "doctor": cmd_doctor, "bench": cmd_bench, "grade": cmd_grade,
+            "similarity": cmd_similarity, "check": cmd_check, "gradescope": cmd_gradescope}
 
 
 def main(argv: list[str] | None = None) -> int:
