@@ -34,7 +34,7 @@ def test_scripted_backups_take_the_same_step_times_on_the_cluster_and_in_the_sim
     config = SyncConfig(workers=2, backups=1, steps=len(SCRIPT[0]), batch_size=16, delay_script=SCRIPT, eval_every=6)
     with dask.config.set({"distributed.worker.memory.pause": False}), start_client(3, quiet=True, use_gpu=False) as c:
         real = run_sync(config, c)
-    machine = fit_machine(real.trace)  # compute time and per-step overhead of this machine, as chapter 10 does
+    machine = fit_machine(real.trace)  # compute time and per-step overhead of this machine, as chapter 11 does
     sim = run_simulated(from_config(config, **machine))
     steps = {}
     for name, result in (("cluster", real), ("simulator", sim)):

@@ -79,10 +79,10 @@ def test_chapter_05_quotes_the_cost_models_prediction_and_the_measured_ratio_agr
         assert abs(measured / predicted - 1) <= tolerance, (n, measured, predicted)
 
 
-# --- chapters 04 and 10: one staleness, one staleness-aware rule ---------------------------------------------
+# --- chapters 04 and 11: one staleness, one staleness-aware rule ---------------------------------------------
 
 STALENESS_TEXTS = ["course/NOTATION.md", "course/solutions/04_sync_async_solutions.md",
-                   "course/solutions/10_at_scale_solutions.md",
+                   "course/solutions/11_at_scale_solutions.md",
                    "course/assignments/source/ps04_syncasync/ps04_syncasync.ipynb",
                    "course/assignments/source/ps10_sim/ps10_sim.ipynb"]
 
@@ -102,7 +102,7 @@ def test_the_staleness_aware_rule_is_lr_over_tau_plus_one_everywhere():
     assert r"\frac{\eta}{\tau_t + 1}" in body, "chapter 04 does not state the rule lr / (tau + 1)"
     assert r"\sigma = i - j" in body and "protocol" in body
     assert "the same schedule counted differently" not in body
-    for name in (chapter("04"), chapter("10")):
+    for name in (chapter("04"), chapter("11")):
         assert not re.search(r"\\frac\{\\eta\}\{\\max\(1", text(name)), f"{name} states lr / max(1, tau)"
     for path in STALENESS_TEXTS:
         assert not re.search(r"\\frac\{\\eta\}\{\\max\(1|/ max\(1, (?:tau|\\tau|v - r|version - read)",
@@ -112,22 +112,22 @@ def test_the_staleness_aware_rule_is_lr_over_tau_plus_one_everywhere():
 
 
 def test_round_robin_staleness_is_n_minus_one():
-    body = text(chapter("10"))
+    body = text(chapter("11"))
     assert "exactly $N-1$ updates old" in body
     assert formulas.round_robin_staleness(1000) == 999
 
 
-# --- chapter 10: the 70B fit and what overlap hides --------------------------------------------------------------
+# --- chapter 11: the 70B fit and what overlap hides --------------------------------------------------------------
 
 
-def test_chapter_10s_70b_answer_is_fit_py_with_the_rebuilt_layer_and_the_buffers():
+def test_chapter_11s_70b_answer_is_fit_py_with_the_rebuilt_layer_and_the_buffers():
     """'ZeRO-3 fits from N = 15 (79.8 GiB: 64.3 states, 5.0 checkpoints, 6.1 rebuilt layer, 4.5 buffers)' is what
     fewest_gpus and fit.py give; the old 'N = 13 (79 GiB)' left out Korthikanti's rebuilt layer and the gathered
     units (chapter 09 counts both)."""
     from dsgd_teach.sharded.fit import will_it_fit
     from dsgd_teach.sim import TRANSFORMERS, ShardedSimConfig, fewest_gpus, simulate_sharded_step
 
-    cell = next(c for c in cells(chapter("10")) if c.startswith("**The answer.**"))
+    cell = next(c for c in cells(chapter("11")) if c.startswith("**The answer.**"))
     m = re.search(r"ZeRO-3 fits from \$N = (\d+)\$ \(([\d.]+) GiB per GPU: ([\d.]+) GiB of model states, ([\d.]+) of "
                   r"kept checkpoints, ([\d.]+) for the layer rebuilt in backward, ([\d.]+) of buffers\)", cell)
     assert m, cell[:300]
@@ -146,12 +146,12 @@ def test_chapter_10s_70b_answer_is_fit_py_with_the_rebuilt_layer_and_the_buffers
     assert "ZeRO-3 fits from $N = 13$ (79 GiB" not in cell
 
 
-def test_chapter_10_says_stages_1_to_3_lose_the_same_time_and_ddp_none():
+def test_chapter_11_says_stages_1_to_3_lose_the_same_time_and_ddp_none():
     """ZeRO-1/2's all-gather runs after the optimizer step (Rajbhandari et al. 2020, section 7.2.1): overlapped, stages
     1-3 take the same step, DDP hides everything behind backward (sim/sharded.py)."""
     from dsgd_teach.sim import ShardedSimConfig, simulate_sharded_step
 
-    body = text(chapter("10"))
+    body = text(chapter("11"))
     assert "*after* the optimizer step" in body
     assert "hidden behind the backward pass when overlapped" not in body
     rows = {s: simulate_sharded_step(ShardedSimConfig(workers=1024, stage=s)) for s in range(4)}

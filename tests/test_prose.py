@@ -155,7 +155,7 @@ def test_fedavg_defines_its_weights_and_reads_table_2_plainly():
 
 def test_staleness_counting_convention_is_explained():
     """Zhang et al.'s sigma = i - j is our tau; their mean of N comes from their protocol, not from the count."""
-    body = text(chapter("10"))
+    body = text(chapter("11"))
     assert "report exactly this" not in body
     assert "N-1" in body.replace(" ", "") and "\\sigma = i - j" in body and "protocol" in body
     assert "count that also includes the worker's own update" not in body
@@ -166,7 +166,7 @@ def test_staleness_counting_convention_is_explained():
 PROVENANCE = re.compile(r"README|\d{4}-\d{2}-\d{2}|Table \d|printed|your (?:own )?run")
 
 
-@pytest.mark.parametrize("prefix", ["02", "08", "09", "10"])
+@pytest.mark.parametrize("prefix", ["02", "08", "09", "11"])
 def test_measured_ratios_say_where_they_come_from(prefix):
     """A cell that quotes a measured ratio (1.48x) names its source: the README table with its date, a paper's
     table, or the learner's own run."""
@@ -303,12 +303,12 @@ def test_ddp_divides_before_the_allreduce():
 
 
 def test_ring_optimality_bounds_the_busiest_rank():
-    exercise = next(c for c in cells(chapter("10")) if c.startswith("## What to try"))
+    exercise = next(c for c in cells(chapter("11")) if c.startswith("## What to try"))
     assert "can send fewer per rank" not in exercise and "busiest rank" in exercise
 
 
 def test_the_delay_table_says_it_ran_1400_workers():
-    cell = next(c for c in cells(chapter("10")) if "| 1400 |" in c)
+    cell = next(c for c in cells(chapter("11")) if "| 1400 |" in c)
     assert "**1400** workers, not the 1000" in cell
 
 
@@ -335,7 +335,7 @@ def test_no_vague_sources(name):
             "ServerDCASGD.apply", "staleness_aware_scale")),
     ("07", ("decoupled_rank", "_tp_rank", "_SumOverRanks")),
     ("08", ("easgd_worker", "average_parameters")),
-    ("10", ("memory_bytes", "rebuilt_layer", "buffer_bytes", "phases_under_passes")),
+    ("11", ("memory_bytes", "rebuilt_layer", "buffer_bytes", "phases_under_passes")),
 ])
 def test_sections_show_the_code_they_describe(prefix, shown):
     code = "\n".join(code_cells(chapter(prefix)))
@@ -375,7 +375,7 @@ def _span_symbols(span: str, listed: set[str]) -> set[str]:
 
 @cache
 def notation_chapters() -> dict[str, set[str]]:
-    """NOTATION.md's symbol table: symbol -> the chapters its row lists ('00–10' expanded)."""
+    """NOTATION.md's symbol table: symbol -> the chapters its row lists ('00–11' expanded)."""
     out: dict[str, set[str]] = {}
     for line in _read("course/NOTATION.md").splitlines():
         if not line.startswith("| $"):

@@ -32,7 +32,7 @@ def star_over_ring_load(n: int) -> Fraction:
     return Fraction(n - 1) / Fraction(2 * (n - 1), n)
 
 
-# --- chapters 04 and 10: staleness ---------------------------------------------------------------------------
+# --- chapters 04 and 11: staleness ---------------------------------------------------------------------------
 
 
 def staleness(version_read: int, version_applied: int) -> int:
@@ -56,7 +56,7 @@ def round_robin_staleness(n: int) -> int:
     return n - 1
 
 
-# --- chapters 04 and 10: the slowest of N, the N-th of N + b ----------------------------------------------------
+# --- chapters 04 and 11: the slowest of N, the N-th of N + b ----------------------------------------------------
 
 
 def harmonic(n: int) -> float:
