@@ -29,7 +29,8 @@ from . import cgroups, reports, seccomp
 HOW_TO_GET_ONE = (
     "no OS sandbox is available for grading kernels. Install bubblewrap (as root: `apt-get install bubblewrap`, "
     "or `make sandbox-deps`) and allow unprivileged user namespaces (`sysctl kernel.unprivileged_userns_clone=1`, "
-    "`user.max_user_namespaces` > 0; in a container: run it with a seccomp profile that permits them, or as root). "
+    "`user.max_user_namespaces` > 0; in a container: run it with a seccomp profile that permits them, or switch on "
+    "container mode, weaker, with --container-mode or DSGD_GRADING_CONTAINER=1, see dsgd_teach/grading/README.md). "
     "To grade without a sandbox anyway (a hostile student can then steal solutions and tamper with other grades), "
     "pass --unsafe-no-sandbox."
 )
@@ -140,7 +141,7 @@ def _run(inner: list[str], stdin: bytes, timeout_s: float, env: dict[str, str] |
     filter_r = _filter_fd()
     argv = command(inner, {**base_env(), **(env or {})}, info_w, filter_r)
     data = bytearray()  # filled in place, never joined: the grader holds one copy of a result
-    reader = threading.Thread(target=_drain, args=(result_r, data), daemon=True)
+    reader = threading.Thread(target=drain, args=(result_r, data), daemon=True)
     with tempfile.TemporaryFile() as err:
         try:
             full = argv + [str(result_w)]
@@ -216,7 +217,7 @@ def _child_pid(info_r: int, timeout_s: float = 120.0) -> int | None:
         return None
 
 
-def _drain(fd: int, data: bytearray) -> None:
+def drain(fd: int, data: bytearray) -> None:
     """Read the result pipe to its end, keeping at most MAX_RESULT_BYTES."""
     with os.fdopen(fd, "rb", buffering=0) as fh:
         while block := fh.read(1 << 16):

@@ -133,6 +133,14 @@ def hidden_line_numbers(source: str) -> set[int]:
     return lines
 
 
+def visible_source(source: str) -> str:
+    """A test cell as nbgrader releases it: the hidden-test blocks, markers included, removed."""
+    hidden = hidden_line_numbers(source)
+    kept = [line for n, line in enumerate(source.splitlines(), start=1)
+            if n not in hidden and HIDDEN_BEGIN not in line and HIDDEN_END not in line]
+    return "\n".join(kept) + "\n" if kept else "pass\n"
+
+
 def _is_check(node: ast.AST) -> bool:
     func = getattr(node, "func", None)
     return isinstance(node, ast.Call) and (
@@ -180,8 +188,11 @@ def rewrite_test(source: str, mode: str) -> str:
     """A test cell rewritten for grading: check() reports values ("student") or expected values ("reference").
 
     In student mode the expected values, and every top-level definition named `_ref*` (hidden oracles), are
-    removed (at any depth), so nothing in the student's kernel computes the right answers.
+    removed (at any depth), so nothing in the student's kernel computes the right answers. Mode "visible" (a
+    student's pre-flight check) keeps the cell as released: `check` as written, the hidden blocks cut.
     """
+    if mode == "visible":
+        return visible_source(source)
     with _PARSE_LOCK:
         parsed = ast.parse(source)
     tree = _Rewrite(mode, hidden_line_numbers(source)).visit(parsed)

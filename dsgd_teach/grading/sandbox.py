@@ -142,12 +142,14 @@ def install(workdir: str, read_roots: Iterable[str], protected: Iterable[str], d
 
 
 def default_read_roots() -> list[str]:
-    """Where a grading kernel may read: the Python installation and the dsgd_teach package (not its checkout)."""
+    """Where a grading kernel may read: the Python installation (its site directories, also those a .pth file
+    adds) and the dsgd_teach package (not its checkout)."""
     import sysconfig
 
     import dsgd_teach
 
     roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(dsgd_teach.__file__)}
     roots.update(v for k, v in sysconfig.get_paths().items() if k in ("stdlib", "platstdlib", "purelib", "platlib"))
+    roots.update(p for p in sys.path if os.path.isabs(p) and os.path.basename(p) in ("site-packages", "dist-packages"))
     roots.update(("/usr", "/lib", "/lib64", "/etc", "/sys", "/dev/shm"))
     return sorted(roots)
