@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..config import Config, check_float, check_int, check_seed, sized
+from .experts import MoE
 
 Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -126,7 +127,7 @@ class Block(nn.Module):
         self.ln1 = nn.LayerNorm(shape.width)
         self.attn = Attention(shape)
         self.ln2 = nn.LayerNorm(shape.width)
-        self.mlp: nn.Module = MLP(shape)
+        self.mlp: nn.Module = MoE(shape) if shape.experts > 0 else MLP(shape)
 
     def forward(self, x: torch.Tensor, attend: Attend = causal_attention) -> torch.Tensor:
         x = x + self.attn(self.ln1(x), attend=attend)
