@@ -14,6 +14,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +22,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from . import bubblewrap, cgroups, reports, safeio
+from . import bubblewrap, cgroups, container, reports, safeio
 from .cgroup_extras import socket_budget
 from .feedback import write_feedback
 from .notebook import Assignment, load_assignment, rebuild, rewrite_test, source_cells
@@ -59,11 +60,19 @@ class Limits:
         return cgroups.CgroupLimits(memory, self.sandbox_pids, socket_bytes=socket_budget(self.jobs, memory))
 
 
+def sandbox_label(sandbox: bool | str) -> str:
+    """What grades.csv's `sandbox` column and grading.json say about how a batch was isolated."""
+    if sandbox == "container":
+        return container.LABEL
+    return SANDBOXED if sandbox else UNSAFE
+
+
 def run_worker(cells: list[dict[str, Any]], mode: str, limits: Limits, seed: int,
-               protected: list[str], *, sandbox: bool = True) -> dict[str, Any]:
+               protected: list[str], *, sandbox: bool | str = True) -> dict[str, Any]:
     """Run one notebook's cells in a fresh worker (and kernel) inside its own OS sandbox; errors become {"error"}.
 
-    With sandbox=False the worker is an ordinary process of the grading user (the unsafe, audit-hook-only mode).
+    sandbox=True: bubblewrap; "container": container mode (container.py, where no namespace can be made). With
+    sandbox=False the worker is an ordinary process of the grading user (the unsafe, audit-hook-only mode).
     Either way every process of the run is gone when this returns.
     """
     job = {
@@ -73,7 +82,8 @@ def run_worker(cells: list[dict[str, Any]], mode: str, limits: Limits, seed: int
     }
     budget = limits.notebook_s + limits.kill_grace_s  # the worker stops at notebook_s; this is the hard stop
     if sandbox:
-        out = bubblewrap.run([sys.executable, "-m", "dsgd_teach.grading.worker"], json.dumps(job).encode(), budget,
+        runner = container.run if sandbox == "container" else bubblewrap.run
+        out = runner([sys.executable, "-m", "dsgd_teach.grading.worker"], json.dumps(job).encode(), budget,
                              limits=limits.cgroup())
         if out.timed_out:
             result = {"error": f"grading this notebook took longer than {budget} s and was stopped"}
@@ -125,7 +135,7 @@ def _parse_result(data: bytes | None, returncode: int | None, stderr: str, mode:
 
 
 def grade_one(sub: Submission, assignment: Assignment, reference: dict[str, Any], limits: Limits, seed: int,
-              protected: list[str], *, sandbox: bool = True) -> list[Grade]:
+              protected: list[str], *, sandbox: bool | str = True) -> list[Grade]:
     """Grades for one submission, every reason short, one line and free of hidden tests; never raises."""
     try:
         grades = _grade_one(sub, assignment, reference, limits, seed, protected, sandbox=sandbox)
@@ -140,7 +150,7 @@ def _zero(assignment: Assignment, reason: str) -> list[Grade]:
 
 
 def _grade_one(sub: Submission, assignment: Assignment, reference: dict[str, Any], limits: Limits, seed: int,
-               protected: list[str], *, sandbox: bool) -> list[Grade]:
+               protected: list[str], *, sandbox: bool | str) -> list[Grade]:
     if sub.path is None:
         return _zero(assignment, sub.note or "no notebook submitted")
     try:
@@ -158,16 +168,19 @@ def _grade_one(sub: Submission, assignment: Assignment, reference: dict[str, Any
 
 def grade_batch(submissions_dir: Path, source_dir: Path, out_dir: Path, *, assignment: str | None = None,
                 limits: Limits = Limits(), seed: int | None = None, jobs: int = 1,
-                progress: bool = True, sandbox: bool = True) -> list[Submission]:
+                progress: bool = True, sandbox: bool | str = True,
+                late: Callable[[Submission], list[Grade]] | None = None) -> list[Submission]:
     """Grade every submission under submissions_dir against the sources; write CSV and feedback into out_dir.
 
     sandbox=True (the default) runs every worker and kernel in its own bubblewrap sandbox and raises
-    bubblewrap.SandboxUnavailable (a RuntimeError saying how to get one) when none can be built here.
+    bubblewrap.SandboxUnavailable (a RuntimeError saying how to get one) when none can be built here;
+    sandbox="container" runs them in container mode (container.require). `late` gives a submission's grades with
+    its late penalty applied (deadlines.py), after grading and before anything is written.
     """
     from .notebook import find_assignments
 
     if sandbox:
-        bubblewrap.require()
+        container.require() if sandbox == "container" else bubblewrap.require()
         cgroups.sweep()
         with _unenforced_lock:
             _unenforced.clear()
@@ -185,6 +198,8 @@ def grade_batch(submissions_dir: Path, source_dir: Path, out_dir: Path, *, assig
     outputs = ["grades.csv", "grading.json"] + [_feedback_path(s) for s in graded]
     safeio.preflight(out_dir, outputs)  # a FIFO or link where an output goes stops the batch before any kernel
     protected = sorted({str(source_dir.resolve()), str(submissions_dir.resolve()), str(out_dir.resolve())})
+    if sandbox == "container":
+        container.require_fenced(protected)
     t0 = time.perf_counter()
     references = {}
     for name in sorted({s.assignment for s in graded}):
@@ -208,6 +223,8 @@ def grade_batch(submissions_dir: Path, source_dir: Path, out_dir: Path, *, assig
                 sub.grades = _zero(assignments[sub.assignment], f"grading this submission failed ({type(exc).__name__})")
             bar.update(1)
     bar.close()
+    for sub in graded if late is not None else []:
+        sub.grades = late(sub)
     # Every sandbox of the batch has been reaped (run_worker returns only then): nothing can touch what follows.
     safeio.write_atomic(out_dir, "grades.csv", _csv_text(subs, sandbox).encode())
     unwritten = []
@@ -218,7 +235,7 @@ def grade_batch(submissions_dir: Path, source_dir: Path, out_dir: Path, *, assig
         except (OSError, ValueError, safeio.UnsafeOutput) as exc:  # one unwritable page costs no other page
             unwritten.append(f"{_feedback_path(sub)}: {clean(exc, 200)}")
     summary = {"seed": seed, "submissions": len(graded), "seconds": round(time.perf_counter() - t0, 1),
-               "limits": limits.__dict__, "sandbox": SANDBOXED if sandbox else UNSAFE,
+               "limits": limits.__dict__, "sandbox": sandbox_label(sandbox),
                "feedback_not_written": unwritten, "cgroup_limits": _cgroup_summary(limits, sandbox)}
     safeio.write_atomic(out_dir, "grading.json", json.dumps(summary, indent=2).encode())
     return subs
@@ -230,7 +247,7 @@ def cgroups_missing(why: str) -> str:
             f"{why}. Only per-process rlimits apply; run the grader as root or in a delegated cgroup v2 subtree.")
 
 
-def _cgroup_summary(limits: Limits, sandbox: bool) -> dict[str, Any]:
+def _cgroup_summary(limits: Limits, sandbox: bool | str) -> dict[str, Any]:
     """grading.json's record of the per-sandbox cgroup limits: what they were, or why they were not enforced."""
     if not sandbox:
         return {"enforced": False, "why": "graded with --unsafe-no-sandbox"}
@@ -245,7 +262,7 @@ def _feedback_path(sub: Submission) -> str:
     return f"feedback/{sub.assignment}/{sub.student}.html"
 
 
-def _csv_text(subs: list[Submission], sandbox: bool) -> str:
+def _csv_text(subs: list[Submission], sandbox: bool | str) -> str:
     buf = io.StringIO(newline="")
     writer = csv.DictWriter(buf, CSV_FIELDS)
     writer.writeheader()
@@ -254,5 +271,5 @@ def _csv_text(subs: list[Submission], sandbox: bool) -> str:
             writer.writerow({"student": clean(sub.student, 200), "assignment": clean(sub.assignment, 200),
                              "question": clean(g.question, 200), "points": g.points, "max_points": g.max_points,
                              "reason": clean(g.reason),
-                             "sandbox": SANDBOXED if sandbox else UNSAFE})
+                             "sandbox": sandbox_label(sandbox)})
     return buf.getvalue()

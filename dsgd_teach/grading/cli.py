@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from . import container, deadlines
 from .batch import Limits, grade_batch
 from .export import FORMATS, export
 from .paths import default_source_dir
@@ -32,7 +33,31 @@ def build_parser() -> argparse.ArgumentParser:
                         "submission under OUT/gradescope/) or canvas (OUT/canvas_grades.csv); may be repeated")
     p.add_argument("--unsafe-no-sandbox", action="store_true",
                    help="grade without the OS sandbox (bubblewrap); grades.csv and every feedback page say so")
+    p.add_argument("--container-mode", action="store_true",
+                   help="where bubblewrap cannot start (no user namespaces, e.g. in Docker), grade in container mode: "
+                        "a uid of its own per submission, seccomp, rlimits, no namespaces (see grading/README.md); "
+                        f"also switched on by {container.SWITCH}=1")
+    deadlines_args(p)
     return p
+
+
+def deadlines_args(p: argparse.ArgumentParser) -> None:
+    """--due, --late-penalty, --late-cutoff-days, --extensions (shared with `dsgd-teach gradescope`)."""
+    p.add_argument("--due", default=None, help="due date, ISO 8601 with a UTC offset (e.g. 2026-12-01T23:59+00:00)")
+    p.add_argument("--late-penalty", type=float, default=0.0,
+                   help="fraction of the points earned deducted per started day late (e.g. 0.1)")
+    p.add_argument("--late-cutoff-days", type=float, default=None,
+                   help="days after the due date past which a submission earns nothing")
+    p.add_argument("--extensions", type=Path, default=None, help="CSV with columns student,days: extra days each")
+
+
+def policy_of(args: argparse.Namespace) -> deadlines.LatePolicy | None:
+    """The late policy the arguments ask for (None without --due); ValueError names a bad value."""
+    if args.due is None:
+        if args.late_penalty or args.late_cutoff_days is not None or args.extensions is not None:
+            raise ValueError("--late-penalty, --late-cutoff-days and --extensions need --due")
+        return None
+    return deadlines.load_policy(args.due, args.late_penalty, args.late_cutoff_days, args.extensions)
 
 
 def main(argv: list[str]) -> int:
@@ -46,9 +71,17 @@ def main(argv: list[str]) -> int:
         print("error: assignment sources not found; pass --source DIR", file=sys.stderr)
         return 2
     try:
+        policy = policy_of(args)
+    except (ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    late = None if policy is None else (
+        lambda sub: policy.apply(sub.grades, deadlines.submitted_at(sub.path), sub.student))
+    sandbox = container.select(args.unsafe_no_sandbox, args.container_mode or container.enabled())
+    try:
         subs = grade_batch(args.submissions, source, args.out, assignment=args.assignment,
                            limits=Limits(args.timeout, args.memory_mb, args.cpu_s, args.notebook_s), seed=args.seed,
-                           jobs=args.jobs, progress=not args.no_progress, sandbox=not args.unsafe_no_sandbox)
+                           jobs=args.jobs, progress=not args.no_progress, sandbox=sandbox, late=late)
     except (ValueError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -61,6 +94,8 @@ def main(argv: list[str]) -> int:
             print(f"error: the export failed: {exc}", file=sys.stderr)
             return 2
         print(f"exported {', '.join(args.export)}: {len(written)} file(s) under {args.out}")
+    if sandbox == "container":
+        print(f"NOTE: graded in {container.LABEL}", file=sys.stderr)
     if args.unsafe_no_sandbox:
         print("WARNING: graded with --unsafe-no-sandbox; these grades are not protected against a hostile class",
               file=sys.stderr)

@@ -1,8 +1,8 @@
 """`make assignments`: generate the student versions of the assignments with nbgrader into release/.
 
 nbgrader's generate_assignment replaces every `### BEGIN SOLUTION ... ### END SOLUTION` region with a stub,
-removes `### BEGIN HIDDEN TESTS ... ### END HIDDEN TESTS`, locks the test cells and records checksums. It runs in a
-throw-away course directory (with its own gradebook), so the repository only gains release/<assignment>/.
+removes `### BEGIN HIDDEN TESTS ... ### END HIDDEN TESTS`, locks the test cells and records checksums; a note after the
+first cell tells the student to run `dsgd-teach check` before submitting. It runs in a throw-away course directory (with its own gradebook), so the repository only gains release/<assignment>/.
 """
 
 from __future__ import annotations
@@ -47,9 +47,24 @@ def generate(source_dir: Path, out_dir: Path, names: list[str] | None = None) ->
                 shutil.rmtree(target)
             shutil.copytree(root / "release" / name, target)
             for nb_path in sorted(target.glob("*.ipynb")):
+                add_check_note(nb_path)
                 _verify(nb_path)
                 written.append(nb_path)
     return written
+
+
+CHECK_NOTE = ("**Before you submit**, run `dsgd-teach check {name}` in a terminal: it runs this notebook's visible "
+              "tests in the grader's own sandbox and prints which questions pass them, with each failing check's "
+              "message. The hidden tests run only when your notebook is graded.")
+
+
+def add_check_note(path: Path) -> None:
+    """Put a markdown cell telling the student about `dsgd-teach check` after the notebook's first cell."""
+    nb = nbformat.read(str(path), as_version=4)
+    text = CHECK_NOTE.format(name=path.name)
+    if not any(c.cell_type == "markdown" and c.source == text for c in nb.cells):
+        nb.cells.insert(min(1, len(nb.cells)), nbformat.v4.new_markdown_cell(text))
+        nbformat.write(nb, str(path))
 
 
 def _verify(path: Path) -> None:
