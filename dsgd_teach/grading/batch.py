@@ -122,6 +122,12 @@ def unenforced() -> list[str]:
         return sorted(_unenforced)
 
 
+def note_unenforced(why: str) -> None:
+    """Record that a sandbox run elsewhere (on a cluster's worker) had no cgroup limits, and why."""
+    with _unenforced_lock:
+        _unenforced.add(why)
+
+
 def _parse_result(data: bytes | None, returncode: int | None, stderr: str, mode: str) -> dict[str, Any]:
     """The worker's result checked against the report schema, or {"error"} saying why there is none."""
     if data:
@@ -135,10 +141,14 @@ def _parse_result(data: bytes | None, returncode: int | None, stderr: str, mode:
 
 
 def grade_one(sub: Submission, assignment: Assignment, reference: dict[str, Any], limits: Limits, seed: int,
-              protected: list[str], *, sandbox: bool | str = True) -> list[Grade]:
-    """Grades for one submission, every reason short, one line and free of hidden tests; never raises."""
+              protected: list[str], *, sandbox: bool | str = True, run: Callable[..., dict[str, Any]] | None = None,
+              ) -> list[Grade]:
+    """Grades for one submission, every reason short, one line and free of hidden tests; never raises.
+
+    run: what runs the cells (default run_worker, here; cluster.ClusterRun: on a dask cluster's worker)."""
     try:
-        grades = _grade_one(sub, assignment, reference, limits, seed, protected, sandbox=sandbox)
+        grades = _grade_one(sub, assignment, reference, limits, seed, protected, sandbox=sandbox,
+                            run=run or run_worker)
     except Exception as exc:  # noqa: BLE001 - whatever goes wrong with one submission is that submission's failure
         why = f"grading this submission failed ({type(exc).__name__})"
         grades = _zero(assignment, why) + [Grade("(integrity)", 0.0, 0.0, f"FLAGGED: {why}")]
@@ -150,7 +160,7 @@ def _zero(assignment: Assignment, reason: str) -> list[Grade]:
 
 
 def _grade_one(sub: Submission, assignment: Assignment, reference: dict[str, Any], limits: Limits, seed: int,
-               protected: list[str], *, sandbox: bool | str) -> list[Grade]:
+               protected: list[str], *, sandbox: bool | str, run: Callable[..., dict[str, Any]]) -> list[Grade]:
     if sub.path is None:
         return _zero(assignment, sub.note or "no notebook submitted")
     try:
@@ -158,7 +168,7 @@ def _grade_one(sub: Submission, assignment: Assignment, reference: dict[str, Any
         cells = rebuild(assignment, nb)
     except Exception as exc:  # noqa: BLE001 - a corrupt notebook scores zero with the reason
         return _zero(assignment, f"could not read the notebook: {type(exc).__name__}: {str(exc)[:200]}")
-    result = run_worker(cells, "student", limits, seed, protected, sandbox=sandbox)
+    result = run(cells, "student", limits, seed, protected, sandbox=sandbox)
     if "error" in result:  # flagged only for what the grader itself observed (a refused result), never a death
         problems = result.get("problems") or []
         flagged = [Grade("(integrity)", 0.0, 0.0, "FLAGGED: " + "; ".join(problems))] if problems else []
@@ -169,22 +179,28 @@ def _grade_one(sub: Submission, assignment: Assignment, reference: dict[str, Any
 def grade_batch(submissions_dir: Path, source_dir: Path, out_dir: Path, *, assignment: str | None = None,
                 limits: Limits = Limits(), seed: int | None = None, jobs: int = 1,
                 progress: bool = True, sandbox: bool | str = True,
-                late: Callable[[Submission], list[Grade]] | None = None) -> list[Submission]:
+                late: Callable[[Submission], list[Grade]] | None = None,
+                run: Callable[..., dict[str, Any]] | None = None) -> list[Submission]:
     """Grade every submission under submissions_dir against the sources; write CSV and feedback into out_dir.
 
     sandbox=True (the default) runs every worker and kernel in its own bubblewrap sandbox and raises
     bubblewrap.SandboxUnavailable (a RuntimeError saying how to get one) when none can be built here;
     sandbox="container" runs them in container mode (container.require). `late` gives a submission's grades with
-    its late penalty applied (deadlines.py), after grading and before anything is written.
+    its late penalty applied (deadlines.py), after grading and before anything is written. `run` runs each
+    notebook's cells (default run_worker, on this machine; a cluster.ClusterRun on a dask cluster's workers, which
+    check their own sandboxes).
     """
     from .notebook import find_assignments
 
-    if sandbox:
+    local = run is None
+    run = run or run_worker
+    if sandbox and local:
         container.require() if sandbox == "container" else bubblewrap.require()
         cgroups.sweep()
+    if sandbox:
         with _unenforced_lock:
             _unenforced.clear()
-        if cgroups.available():
+        if local and cgroups.available():
             print(f"WARNING: {cgroups_missing(cgroups.available())}", file=sys.stderr)
     seed = secrets.randbelow(2**31) if seed is None else seed
     limits = dataclasses.replace(limits, jobs=max(1, jobs))
@@ -203,8 +219,8 @@ def grade_batch(submissions_dir: Path, source_dir: Path, out_dir: Path, *, assig
     t0 = time.perf_counter()
     references = {}
     for name in sorted({s.assignment for s in graded}):
-        references[name] = run_worker(source_cells(assignments[name]), "reference", limits, seed, protected,
-                                      sandbox=sandbox)
+        references[name] = run(source_cells(assignments[name]), "reference", limits, seed, protected,
+                               sandbox=sandbox)
         if "error" in references[name]:
             raise RuntimeError(f"{name}: the reference run failed: {references[name]['error']}")
         check_reference(assignments[name], references[name])
@@ -214,7 +230,7 @@ def grade_batch(submissions_dir: Path, source_dir: Path, out_dir: Path, *, assig
     bar = tqdm(total=len(graded), desc="grading", unit="notebook", disable=not progress)
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         futures = {pool.submit(grade_one, s, assignments[s.assignment], references[s.assignment], limits, seed,
-                               protected, sandbox=sandbox): s for s in graded}
+                               protected, sandbox=sandbox, run=run): s for s in graded}
         for fut in as_completed(futures):
             sub = futures[fut]
             try:

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from . import container, deadlines
 from .batch import Limits, grade_batch
-from .export import FORMATS, export
+from .canvas import match, read_roster
+from .export import CANVAS_UNMATCHED, FORMATS, export
 from .paths import default_source_dir
 from .safeio import UnsafeOutput
 
@@ -26,11 +27,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--memory-mb", type=int, default=1536, help="address-space limit per kernel (default 1536)")
     p.add_argument("--cpu-s", type=int, default=600, help="CPU seconds per kernel (default 600)")
     p.add_argument("--seed", type=int, default=None, help="seed for hidden-test inputs (default: random per batch)")
-    p.add_argument("--jobs", type=int, default=1, help="submissions graded at once (default 1)")
+    p.add_argument("--jobs", type=int, default=None,
+                   help="submissions graded at once (default 1; with --scheduler, the cluster's worker threads)")
+    p.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                   help="grade on the dask cluster at ADDRESS (e.g. tcp://10.0.0.5:8786): each submission runs in "
+                        "a sandbox on one worker's host, verdicts and files are made here")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.add_argument("--export", action="append", choices=FORMATS, default=[],
                    help="also write grades for a learning-management system: gradescope (results.json per "
                         "submission under OUT/gradescope/) or canvas (OUT/canvas_grades.csv); may be repeated")
+    p.add_argument("--roster", type=Path, default=None,
+                   help="with --export canvas: the course's Canvas gradebook export (CSV); each folder is matched "
+                        "to its student by SIS User ID, SIS Login ID or ID, the unmatched listed in "
+                        "OUT/canvas_unmatched.csv")
     p.add_argument("--unsafe-no-sandbox", action="store_true",
                    help="grade without the OS sandbox (bubblewrap); grades.csv and every feedback page say so")
     p.add_argument("--container-mode", action="store_true",
@@ -78,22 +87,49 @@ def main(argv: list[str]) -> int:
     late = None if policy is None else (
         lambda sub: policy.apply(sub.grades, deadlines.submitted_at(sub.path), sub.student))
     sandbox = container.select(args.unsafe_no_sandbox, args.container_mode or container.enabled())
+    roster = None
+    if args.roster is not None:
+        if "canvas" not in args.export:
+            print("error: --roster needs --export canvas", file=sys.stderr)
+            return 2
+        try:
+            roster = read_roster(args.roster)
+        except (OSError, ValueError, UnsafeOutput) as exc:
+            print(f"error: the roster: {exc}", file=sys.stderr)
+            return 2
+    cluster = None
+    if args.scheduler:
+        from .cluster import ClusterRun
+
+        try:
+            cluster = ClusterRun(args.scheduler, sandbox=sandbox)
+        except (OSError, RuntimeError, ValueError) as exc:
+            print(f"error: the dask cluster at {args.scheduler}: {exc}", file=sys.stderr)
+            return 2
     try:
         subs = grade_batch(args.submissions, source, args.out, assignment=args.assignment,
                            limits=Limits(args.timeout, args.memory_mb, args.cpu_s, args.notebook_s), seed=args.seed,
-                           jobs=args.jobs, progress=not args.no_progress, sandbox=sandbox, late=late)
+                           jobs=args.jobs or (cluster.slots if cluster else 1), progress=not args.no_progress,
+                           sandbox=sandbox, late=late, run=cluster)
     except (ValueError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    finally:
+        if cluster is not None:
+            cluster.close()
     total = sum(g.points for s in subs for g in s.grades)
     print(f"graded {len(subs)} notebook(s), {total:g} points in all -> {args.out / 'grades.csv'}")
     if args.export:
         try:
-            written = export(args.out, subs, args.export)
+            written = export(args.out, subs, args.export, roster=roster)
         except (OSError, ValueError, UnsafeOutput) as exc:
             print(f"error: the export failed: {exc}", file=sys.stderr)
             return 2
         print(f"exported {', '.join(args.export)}: {len(written)} file(s) under {args.out}")
+        if roster is not None:
+            m = match([s.student for s in subs], roster)
+            print(f"canvas roster: {len(m.found)} folder(s) matched, {len(m.folders_without_student)} folder(s) and "
+                  f"{len(m.students_without_folder)} student(s) unmatched (see {args.out / CANVAS_UNMATCHED})")
     if sandbox == "container":
         print(f"NOTE: graded in {container.LABEL}", file=sys.stderr)
     if args.unsafe_no_sandbox:

@@ -11,6 +11,9 @@
   `SIS Login ID`: the student's folder name goes into both SIS columns (name the folders by SIS id), `ID` is left
   empty. A new column name creates a new assignment in Canvas; rename the header to `name (canvas id)` to fill an
   existing one. Cells that a spreadsheet would read as a formula are prefixed with `'`.
+  With a roster (`--roster`, a gradebook export of the course, `canvas.py`) each folder is matched to its
+  student's row: the identity columns are that row's, an assignment the roster already has is written under its
+  `name (canvas id)` header, and `canvas_unmatched.csv` lists the folders and the students left unmatched.
 """
 
 from __future__ import annotations
@@ -22,12 +25,14 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
+from .canvas import Roster, match
 from .safeio import write_atomic
 from .text import clean
 from .verdict import Grade
 
 FORMATS = ("gradescope", "canvas")
 CANVAS_FILE = "canvas_grades.csv"
+CANVAS_UNMATCHED = "canvas_unmatched.csv"
 CANVAS_IDENTITY = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
 CANVAS_POINTS_ROW = "Points Possible"
 GRADESCOPE_VISIBILITY = ("hidden", "after_due_date", "after_published", "visible")
@@ -75,8 +80,10 @@ def _cell(text: object) -> str:
     return "'" + value if value[:1] in ("=", "+", "-", "@", "\t", "\r") else value
 
 
-def canvas_csv(subs: Iterable[Graded]) -> str:
-    """A Canvas gradebook import CSV: one row per student, one column per assignment (the total points)."""
+def canvas_csv(subs: Iterable[Graded], roster: Roster | None = None) -> str:
+    """A Canvas gradebook import CSV: one row per student, one column per assignment (the total points).
+
+    With a roster, one row per folder matched to a student of it (that student's identity columns)."""
     totals: dict[str, dict[str, float]] = {}
     possible: dict[str, float] = {}
     for sub in subs:
@@ -89,8 +96,16 @@ def canvas_csv(subs: Iterable[Graded]) -> str:
     assignments = sorted(possible)
     buf = io.StringIO(newline="")
     writer = csv.writer(buf, lineterminator="\r\n")
-    writer.writerow(CANVAS_IDENTITY + [_cell(a) for a in assignments])
+    headers = [roster.columns.get(a, a) if roster is not None else a for a in assignments]
+    writer.writerow(CANVAS_IDENTITY + [_cell(h) for h in headers])
     writer.writerow([CANVAS_POINTS_ROW, "", "", "", ""] + [f"{possible[a]:g}" for a in assignments])
+    if roster is not None:
+        found = match(list(totals), roster).found
+        for folder, s in sorted(found.items(), key=lambda kv: (kv[1].name, kv[0])):
+            writer.writerow([_cell(s.name), _cell(s.canvas_id), _cell(s.sis_user_id), _cell(s.sis_login_id),
+                             _cell(s.section)]
+                            + [f"{totals[folder][a]:g}" if a in totals[folder] else "" for a in assignments])
+        return buf.getvalue()
     for student in sorted(totals):
         name = _cell(student)
         writer.writerow([name, "", name, name, ""]
@@ -102,8 +117,24 @@ def gradescope_path(sub: Graded) -> str:
     return f"gradescope/{sub.assignment}/{sub.student}/results.json"
 
 
-def export(out_dir: Path, subs: list[Graded], formats: Iterable[str]) -> list[str]:
-    """Write the requested formats under out_dir (atomically, no link followed); returns the paths written."""
+def canvas_unmatched_csv(subs: Iterable[Graded], roster: Roster) -> str:
+    """The folders that matched no student of the roster and the students no folder matched, one row each."""
+    m = match([sub.student for sub in subs], roster)
+    buf = io.StringIO(newline="")
+    writer = csv.writer(buf, lineterminator="\r\n")
+    writer.writerow(["kind", "folder", "Student", "ID", "SIS User ID", "SIS Login ID", "Section", "why"])
+    for folder, why in sorted(m.folders_without_student.items()):
+        writer.writerow(["folder", _cell(folder), "", "", "", "", "", _cell(why)])
+    for s in m.students_without_folder:
+        writer.writerow(["student", "", _cell(s.name), _cell(s.canvas_id), _cell(s.sis_user_id),
+                         _cell(s.sis_login_id), _cell(s.section), "no submission folder names this student"])
+    return buf.getvalue()
+
+
+def export(out_dir: Path, subs: list[Graded], formats: Iterable[str], roster: Roster | None = None) -> list[str]:
+    """Write the requested formats under out_dir (atomically, no link followed); returns the paths written.
+
+    roster: a Canvas gradebook export (canvas.read_roster) to match folders to students for the canvas format."""
     written = []
     out_dir.mkdir(parents=True, exist_ok=True)
     for fmt in dict.fromkeys(formats):
@@ -115,8 +146,11 @@ def export(out_dir: Path, subs: list[Graded], formats: Iterable[str]) -> list[st
                 write_atomic(out_dir, path, json.dumps(gradescope_results(sub), indent=2).encode())
                 written.append(path)
         elif fmt == "canvas":
-            write_atomic(out_dir, CANVAS_FILE, canvas_csv(subs).encode("utf-8"))
+            write_atomic(out_dir, CANVAS_FILE, canvas_csv(subs, roster).encode("utf-8"))
             written.append(CANVAS_FILE)
+            if roster is not None:
+                write_atomic(out_dir, CANVAS_UNMATCHED, canvas_unmatched_csv(subs, roster).encode("utf-8"))
+                written.append(CANVAS_UNMATCHED)
         else:
             raise ValueError(f"unknown export format {fmt!r}; known: {', '.join(FORMATS)}")
     return written
