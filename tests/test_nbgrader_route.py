@@ -47,11 +47,11 @@ WRONG = {
                                    "    return np.array(w0, dtype=float), [0] * len(updates)\n\n"
                                    "def async_sgd(w0, grad_fn, compute_times, n_updates, base_lr):\n"
                                    "    return np.array(w0, dtype=float), [(0, 0)] * n_updates\n"),
-    "ps05_collectives_q1_solution": ("def ring_schedule(p):\n"
-                                     "    return [[(r, (r + 1) % p, r) for r in range(p)] for s in range(2 * (p - 1))]\n"),
+    "ps05_collectives_q1_solution": ("def ring_schedule(N):\n"
+                                     "    return [[(r, (r + 1) % N, r) for r in range(N)] for t in range(2 * (N - 1))]\n"),
     "ps05_collectives_q2_solution": ("def ring_allreduce(arrays, log=None):\n"
                                      "    return [np.asarray(a, dtype=float).copy() for a in arrays]\n\n"
-                                     "def ring_bytes_sent(log, n, p, itemsize):\n    return [n * itemsize] * p\n"),
+                                     "def ring_bytes_sent(log, K, N, itemsize):\n    return [K * itemsize] * N\n"),
 }
 REDEFINE = "def check(*args, **kwargs):\n    pass\n"
 PATCH_MODULE = """import dsgd_teach.grading.checks as _checks, dsgd_teach.grading.values as _values

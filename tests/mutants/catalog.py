@@ -473,14 +473,14 @@ def async_sgd(w0, grad_fn, compute_times, n_updates, base_lr):
 
 _RING = """
 def ring_allreduce(arrays, log=None):
-    p = len(arrays)
-    chunks = [[c.astype(float).copy() for c in np.array_split(np.asarray(a), p)] for a in arrays]
-    for s, step in enumerate(ring_schedule(p)):
+    N = len(arrays)
+    chunks = [[c.astype(float).copy() for c in np.array_split(np.asarray(a), N)] for a in arrays]
+    for t, step in enumerate(ring_schedule(N)):
         sent = [(dst, chunk, chunks[src][chunk].copy()) for src, dst, chunk in step]
         if log is not None:
-            log.extend((s, src, dst, chunk) for src, dst, chunk in step)
+            log.extend((t, src, dst, chunk) for src, dst, chunk in step)
         for dst, chunk, data in sent:
-            if s < p - 1{gather}:
+            if t < N - 1{gather}:
                 chunks[dst][chunk] += data
             else:
                 chunks[dst][chunk] = data
@@ -489,30 +489,30 @@ def ring_allreduce(arrays, log=None):
 
 _RANK = """
 def ring_allreduce_rank(comm, x):
-    p, r = comm.world, comm.rank
-    chunks = [c.clone() for c in torch.tensor_split(x, p)]
-    right, left = (r + 1) % p, (r - 1) % p
-    for s in range(2 * (p - 1)):
-        reduce = s < p - 1
-        out = (r - s) % p if reduce else (r + 1 - (s - p + 1)) % p
-        inc = (out - 1) % p
+    N, r = comm.world, comm.rank
+    chunks = [c.clone() for c in torch.tensor_split(x, N)]
+    right, left = (r + 1) % N, (r - 1) % N
+    for t in range(2 * (N - 1)):
+        reduce = t < N - 1
+        out = (r - t) % N if reduce else (r + 1 - (t - N + 1)) % N
+        inc = (out - 1) % N
         buf = torch.empty_like(chunks[inc])
-        comm.exchange(chunks[out], right, buf, left, step=s, phase="reduce-scatter" if reduce else "all-gather",
+        comm.exchange(chunks[out], right, buf, left, step=t, phase="reduce-scatter" if reduce else "all-gather",
                       chunk=out)
         chunks[inc] = chunks[inc] + buf if reduce else buf
     return torch.cat(chunks)
 """
 
 PS05 = [
-    W("all-gather restarts at chunk (r - s), not (r + 1 - s)", "q1", """
-def ring_schedule(p):
-    rs = [[(r, (r + 1) % p, (r - s) % p) for r in range(p)] for s in range(p - 1)]
-    return rs + [[(r, (r + 1) % p, (r - s) % p) for r in range(p)] for s in range(p - 1)]
+    W("all-gather restarts at chunk (r - t), not (r + 1 - t)", "q1", """
+def ring_schedule(N):
+    rs = [[(r, (r + 1) % N, (r - t) % N) for r in range(N)] for t in range(N - 1)]
+    return rs + [[(r, (r + 1) % N, (r - t) % N) for r in range(N)] for t in range(N - 1)]
 """),
-    W("reduce-scatter sends chunk (r + s)", "q1", """
-def ring_schedule(p):
-    rs = [[(r, (r + 1) % p, (r + s) % p) for r in range(p)] for s in range(p - 1)]
-    ag = [[(r, (r + 1) % p, (r + 1 - s) % p) for r in range(p)] for s in range(p - 1)]
+    W("reduce-scatter sends chunk (r + t)", "q1", """
+def ring_schedule(N):
+    rs = [[(r, (r + 1) % N, (r + t) % N) for r in range(N)] for t in range(N - 1)]
+    ag = [[(r, (r + 1) % N, (r + 1 - t) % N) for r in range(N)] for t in range(N - 1)]
     return rs + ag
 """),
     W("shortcut: every rank returns the plain sum, no messages", "q2", """
@@ -523,86 +523,86 @@ def ring_allreduce(arrays, log=None):
     W("all-gather adds instead of replacing", "q2", _RING.format(gather=" or True")),
     W("chunks are views of the inputs (inputs modified)", "q2", """
 def ring_allreduce(arrays, log=None):
-    p = len(arrays)
-    chunks = [np.array_split(a, p) for a in arrays]
-    for s, step in enumerate(ring_schedule(p)):
+    N = len(arrays)
+    chunks = [np.array_split(a, N) for a in arrays]
+    for t, step in enumerate(ring_schedule(N)):
         sent = [(dst, chunk, chunks[src][chunk].copy()) for src, dst, chunk in step]
         if log is not None:
-            log.extend((s, src, dst, chunk) for src, dst, chunk in step)
+            log.extend((t, src, dst, chunk) for src, dst, chunk in step)
         for dst, chunk, data in sent:
-            if s < p - 1:
+            if t < N - 1:
                 chunks[dst][chunk] += data
             else:
                 chunks[dst][chunk] = data
     return [np.concatenate(c) for c in chunks]
 """),
-    W("bytes from the formula 2 (p - 1) / p * n * itemsize for every rank", "q2", """
-def ring_bytes_sent(log, n, p, itemsize):
-    return [2 * (p - 1) / p * n * itemsize] * p
+    W("bytes from the formula 2 (N - 1) / N * K * itemsize for every rank", "q2", """
+def ring_bytes_sent(log, K, N, itemsize):
+    return [2 * (N - 1) / N * K * itemsize] * N
 """),
     W("bytes counted at the receiver", "q2", """
-def ring_bytes_sent(log, n, p, itemsize):
-    sizes = [len(c) for c in np.array_split(np.arange(n), p)]
-    sent = [0] * p
+def ring_bytes_sent(log, K, N, itemsize):
+    sizes = [len(c) for c in np.array_split(np.arange(K), N)]
+    sent = [0] * N
     for _step, _src, dst, chunk in log:
         sent[dst] += sizes[chunk] * itemsize
     return sent
 """),
-    W("chunk sizes n // p (the remainder forgotten)", "q2", """
-def ring_bytes_sent(log, n, p, itemsize):
-    sent = [0] * p
+    W("chunk sizes K // N (the remainder forgotten)", "q2", """
+def ring_bytes_sent(log, K, N, itemsize):
+    sent = [0] * N
     for _step, src, _dst, _chunk in log:
-        sent[src] += n // p * itemsize
+        sent[src] += K // N * itemsize
     return sent
 """),
     W("values counted, not bytes", "q2", """
-def ring_bytes_sent(log, n, p, itemsize):
-    sizes = [len(c) for c in np.array_split(np.arange(n), p)]
-    sent = [0] * p
+def ring_bytes_sent(log, K, N, itemsize):
+    sizes = [len(c) for c in np.array_split(np.arange(K), N)]
+    sent = [0] * N
     for _step, src, _dst, chunk in log:
         sent[src] += sizes[chunk]
     return sent
 """),
     W("all-gather starts with the chunk sent last in reduce-scatter", "q1", """
-def ring_schedule(p):
-    rs = [[(r, (r + 1) % p, (r - s) % p) for r in range(p)] for s in range(p - 1)]
-    return rs + [[(r, (r + 1) % p, (r + 2 - s) % p) for r in range(p)] for s in range(p - 1)]
+def ring_schedule(N):
+    rs = [[(r, (r + 1) % N, (r - t) % N) for r in range(N)] for t in range(N - 1)]
+    return rs + [[(r, (r + 1) % N, (r + 2 - t) % N) for r in range(N)] for t in range(N - 1)]
 """),
     R("schedule built step by step with appends", "q1", """
-def ring_schedule(p):
+def ring_schedule(N):
     steps = []
     for phase, shift in (("reduce-scatter", 0), ("all-gather", 1)):
-        for s in range(p - 1):
+        for t in range(N - 1):
             step = []
-            for r in range(p):
-                step.append((r, (r + 1) % p, (r + shift - s) % p))
+            for r in range(N):
+                step.append((r, (r + 1) % N, (r + shift - t) % N))
             steps.append(step)
     return steps
 """),
     R("ring on flat buffers with chunk offsets", "q2", """
 def ring_allreduce(arrays, log=None):
-    p = len(arrays)
+    N = len(arrays)
     bufs = [np.array(a, dtype=float) for a in arrays]
-    n = len(bufs[0]) if p else 0
-    sizes = [len(c) for c in np.array_split(np.arange(n), p)] if p else []
-    starts = np.concatenate([[0], np.cumsum(sizes)]).astype(int) if p else []
-    for s, step in enumerate(ring_schedule(p)):
+    K = len(bufs[0]) if N else 0
+    sizes = [len(c) for c in np.array_split(np.arange(K), N)] if N else []
+    starts = np.concatenate([[0], np.cumsum(sizes)]).astype(int) if N else []
+    for t, step in enumerate(ring_schedule(N)):
         msgs = []
         for src, dst, c in step:
             msgs.append((dst, c, bufs[src][starts[c]:starts[c + 1]].copy()))
             if log is not None:
-                log.append((s, src, dst, c))
+                log.append((t, src, dst, c))
         for dst, c, data in msgs:
-            if s < p - 1:
+            if t < N - 1:
                 bufs[dst][starts[c]:starts[c + 1]] = bufs[dst][starts[c]:starts[c + 1]] + data
             else:
                 bufs[dst][starts[c]:starts[c + 1]] = data
     return bufs
 
 
-def ring_bytes_sent(log, n, p, itemsize):
-    q, extra = divmod(n, p) if p else (0, 0)
-    sent = np.zeros(p, dtype=int)
+def ring_bytes_sent(log, K, N, itemsize):
+    q, extra = divmod(K, N) if N else (0, 0)
+    sent = np.zeros(N, dtype=int)
     for _step, src, _dst, chunk in log:
         sent[src] += (q + (chunk < extra)) * itemsize
     return sent.tolist()
@@ -610,13 +610,13 @@ def ring_bytes_sent(log, n, p, itemsize):
 ]
 
 PS06 = [
-    W("T(1) is the first measurement", "q1", """
+    W("t_1 is the first measurement", "q1", """
 def speedup_efficiency(threads, seconds):
     threads, seconds = np.asarray(threads, dtype=float), np.asarray(seconds, dtype=float)
     speedup = seconds[0] / seconds
     return speedup, speedup / threads
 """),
-    W("T(1) is the slowest measurement", "q1", """
+    W("t_1 is the slowest measurement", "q1", """
 def speedup_efficiency(threads, seconds):
     threads, seconds = np.asarray(threads, dtype=float), np.asarray(seconds, dtype=float)
     speedup = seconds.max() / seconds
@@ -624,46 +624,46 @@ def speedup_efficiency(threads, seconds):
 """),
     W("Amdahl fit with an intercept", "q2", """
 def amdahl_fraction(threads, speedups):
-    p, s = np.asarray(threads, dtype=float), np.asarray(speedups, dtype=float)
-    keep = p > 1
-    return float(np.polyfit(1 - 1 / p[keep], 1 / s[keep] - 1 / p[keep], 1)[0])
+    T, S = np.asarray(threads, dtype=float), np.asarray(speedups, dtype=float)
+    keep = T > 1
+    return float(np.polyfit(1 - 1 / T[keep], 1 / S[keep] - 1 / T[keep], 1)[0])
 """),
     W("fraction returned as lstsq's one-element array", "q2", """
 def amdahl_fraction(threads, speedups):
-    p, s = np.asarray(threads, dtype=float), np.asarray(speedups, dtype=float)
-    keep = p > 1
-    x, y = 1 - 1 / p[keep], 1 / s[keep] - 1 / p[keep]
+    T, S = np.asarray(threads, dtype=float), np.asarray(speedups, dtype=float)
+    keep = T > 1
+    x, y = 1 - 1 / T[keep], 1 / S[keep] - 1 / T[keep]
     return np.linalg.lstsq(x[:, None], y, rcond=None)[0]
 """),
     W("serial and parallel parts swapped", "q2", """
-def amdahl_speedup(f, p):
-    return 1.0 / ((1.0 - f) + f / p)
+def amdahl_speedup(s, T):
+    return 1.0 / ((1.0 - s) + s / T)
 """),
-    W("returns the first p that misses", "q3", """
-def threads_worth_using(f, min_efficiency, max_threads):
-    for p in range(1, max_threads + 1):
-        if amdahl_speedup(f, p) / p < min_efficiency:
-            return p
+    W("returns the first T that misses", "q3", """
+def threads_worth_using(s, min_efficiency, max_threads):
+    for T in range(1, max_threads + 1):
+        if amdahl_speedup(s, T) / T < min_efficiency:
+            return T
     return max_threads
 """),
     W("never tries max_threads itself", "q3", """
-def threads_worth_using(f, min_efficiency, max_threads):
+def threads_worth_using(s, min_efficiency, max_threads):
     best = 1
-    for p in range(1, max_threads):
-        if amdahl_speedup(f, p) / p < min_efficiency:
+    for T in range(1, max_threads):
+        if amdahl_speedup(s, T) / T < min_efficiency:
             break
-        best = p
+        best = T
     return best
 """),
-    R("T(1) looked up in a dict", "q1", """
+    R("t_1 looked up in a dict", "q1", """
 def speedup_efficiency(threads, seconds):
-    t1 = dict(zip([int(t) for t in threads], [float(s) for s in seconds]))[1]
-    speedup = np.array([t1 / float(s) for s in seconds])
+    t1 = dict(zip([int(t) for t in threads], [float(S) for S in seconds]))[1]
+    speedup = np.array([t1 / float(S) for S in seconds])
     return speedup, speedup / np.asarray(threads, dtype=float)
 """),
-    R("largest acceptable p over the whole range", "q3", """
-def threads_worth_using(f, min_efficiency, max_threads):
-    ok = [p for p in range(1, max_threads + 1) if amdahl_speedup(f, p) / p >= min_efficiency]
+    R("largest acceptable T over the whole range", "q3", """
+def threads_worth_using(s, min_efficiency, max_threads):
+    ok = [T for T in range(1, max_threads + 1) if amdahl_speedup(s, T) / T >= min_efficiency]
     return max(ok, default=1)
 """),
 ]
@@ -755,18 +755,18 @@ def bubble(t_f, t_b, m):
     return np.full(p, (p - 1) / (m + p - 1))
 """),
     W("split by floor index slices (remainder on the last ranks)", "q3", """
-def partial_outputs(X, A, B, n):
+def partial_outputs(X, A, B, N):
     h = A.shape[1]
-    bounds = [r * h // n for r in range(n + 1)]
+    bounds = [r * h // N for r in range(N + 1)]
     return [np.maximum(X @ A[:, lo:hi], 0) @ B[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:])]
 """),
     W("relu applied after the partial product", "q3", """
-def partial_outputs(X, A, B, n):
-    return [np.maximum(X @ a @ b, 0) for a, b in zip(np.array_split(A, n, axis=1), np.array_split(B, n, axis=0))]
+def partial_outputs(X, A, B, N):
+    return [np.maximum(X @ a @ b, 0) for a, b in zip(np.array_split(A, N, axis=1), np.array_split(B, N, axis=0))]
 """),
     W("bytes counted as float64", "q3", """
-def allreduce_bytes(rows, d_out, n):
-    return 2 * (n - 1) / n * 8 * rows * d_out
+def allreduce_bytes(rows, d_out, N):
+    return 2 * (N - 1) / N * 8 * rows * d_out
 """),
     R("1F1B with next-forward and next-backward counters", "q1", """
 def one_f_one_b(p, m, s):
@@ -807,11 +807,11 @@ def bubble(t_f, t_b, m):
     return np.array([(step - m * (f + b)) / step for f, b in zip(t_f, t_b)])
 """),
     R("Megatron split with explicit bounds", "q3", """
-def partial_outputs(X, A, B, n):
+def partial_outputs(X, A, B, N):
     h = A.shape[1]
-    size, extra = divmod(h, n)
+    size, extra = divmod(h, N)
     out, lo = [], 0
-    for r in range(n):
+    for r in range(N):
         hi = lo + size + (1 if r < extra else 0)
         out.append(np.maximum(X @ A[:, lo:hi], 0.0) @ B[lo:hi, :])
         lo = hi

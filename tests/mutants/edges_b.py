@@ -8,15 +8,15 @@ from .harness import W
 
 PS05 = [
     W("[order] each step's sends listed from the last rank down", "q1", """
-def ring_schedule(p):
-    rs = [[(r, (r + 1) % p, (r - s) % p) for r in reversed(range(p))] for s in range(p - 1)]
-    ag = [[(r, (r + 1) % p, (r + 1 - s) % p) for r in reversed(range(p))] for s in range(p - 1)]
+def ring_schedule(N):
+    rs = [[(r, (r + 1) % N, (r - t) % N) for r in reversed(range(N))] for t in range(N - 1)]
+    ag = [[(r, (r + 1) % N, (r + 1 - t) % N) for r in reversed(range(N))] for t in range(N - 1)]
     return rs + ag
 """),
     W("[itemsize] bytes per value assumed 8 (itemsize ignored)", "q2", """
-def ring_bytes_sent(log, n, p, itemsize):
-    sizes = [len(c) for c in np.array_split(np.arange(n), p)]
-    sent = [0] * p
+def ring_bytes_sent(log, K, N, itemsize):
+    sizes = [len(c) for c in np.array_split(np.arange(K), N)]
+    sent = [0] * N
     for _step, src, _dst, chunk in log:
         sent[src] += sizes[chunk] * 8
     return sent
@@ -83,15 +83,15 @@ _NA_INT = "n/a: integer inputs give the same values in any dtype (sums of intege
 
 COVERAGE = {
     "ps06_threads": {
-        "q1": {"order": "T(1) is the first measurement",
+        "q1": {"order": "t_1 is the first measurement",
                "dtype": "[dtype] speed-up stored in np.empty_like(seconds): integer times truncate it",
                "itemsize": "n/a: no byte counts", "limit": "n/a: no search or range",
-               "edge": "T(1) is the slowest measurement"},
+               "edge": "t_1 is the slowest measurement"},
         "q2": {"order": "n/a: the fit is a sum over points", "dtype": "n/a: thread counts are integers in the visible tests",
                "itemsize": "n/a: no byte counts", "limit": "n/a: no search or range", "edge": "Amdahl fit with an intercept"},
         "q3": {"order": "n/a: returns one count", "dtype": "n/a: takes numbers only",
                "itemsize": "n/a: no byte counts", "limit": "never tries max_threads itself",
-               "edge": "returns the first p that misses"},
+               "edge": "returns the first T that misses"},
     },
     "ps08_averaging": {
         "q1": {"order": "n/a: a weighted sum", "itemsize": "n/a: no byte counts", "limit": "n/a: no search or range",
@@ -105,13 +105,13 @@ COVERAGE = {
                "limit": "m truncated", "edge": "m rounded half up instead of Python's round"},
     },
     "ps05_collectives": {
-        "q1": {"order": "[order] each step's sends listed from the last rank down", "dtype": "n/a: takes only p",
-               "itemsize": _NA_BYTES, "limit": "n/a: no search; p = 1 (no steps) is a visible check",
+        "q1": {"order": "[order] each step's sends listed from the last rank down", "dtype": "n/a: takes only N",
+               "itemsize": _NA_BYTES, "limit": "n/a: no search; N = 1 (no steps) is a visible check",
                "edge": "all-gather starts with the chunk sent last in reduce-scatter"},
         "q2": {"order": "shortcut: every rank returns the plain sum, no messages", "dtype": _NA_INT,
                "itemsize": "[itemsize] bytes per value assumed 8 (itemsize ignored)",
                "limit": "n/a: no search; more ranks than values (empty chunks) is a fixed hidden case",
-               "edge": "chunk sizes n // p (the remainder forgotten)"},
+               "edge": "chunk sizes K // N (the remainder forgotten)"},
     },
     "ps07_model_parallel": {
         "q1": {"order": "1F1B rule runs the backward of the newest microbatch held", "dtype": "n/a: takes only counts",
