@@ -206,3 +206,19 @@ def test_zero_memory_table_and_the_checkpoint_peak_of_chapter_09():
     peak = int(re.search(r"\$L/k \+ k = (\d+)\$", cell).group(1))
     assert formulas.checkpoint_peak_layers(16, 4) == peak
     assert formulas.checkpoint_peak_layers(16, 4) == min(formulas.checkpoint_peak_layers(16, k) for k in (1, 2, 4, 8, 16))
+
+
+def test_the_shaped_hosts_bench_quotes_the_readme_run():
+    """The bench's docstring once said star/ring 3.3 at N = 4 (an earlier run) where README's table, which chapter 05
+    quotes, says 3.50: the docstring's figures are README's, rounded as written."""
+    from dsgd_teach.bench import shaped_hosts
+
+    doc, figures = " ".join(shaped_hosts.__doc__.split()), _bench_figures()
+    quoted = re.search(r"measured star/ring ([\d.]+) \(N = 3\) and ([\d.]+) \(N = 4\); model error star (\d+) % and "
+                       r"(\d+) %, ring (\d+) % and (\d+) %", doc)
+    assert quoted, doc
+    for i, n in enumerate((3, 4)):
+        assert float(quoted.group(1 + i)) == round(figures[f"shaped_hosts.star_over_ring_{n}ranks_ratio"], 2)
+        for j, algorithm in enumerate(("naive", "ring")):
+            error = figures[f"shaped_hosts.model_error_{algorithm}_{n}ranks"]
+            assert int(quoted.group(3 + 2 * j + i)) == round(100 * error), (algorithm, n, error)
