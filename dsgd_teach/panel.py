@@ -7,7 +7,9 @@ callback raises StopRequested once Stop is clicked, and every run() returns a pa
 from __future__ import annotations
 
 import html
+import io
 import itertools
+import os
 import threading
 import time
 import traceback
@@ -27,6 +29,11 @@ from .trace import Result, StopRequested, to_frame
 RunFn = Callable[[Any, Client, Any], Result]
 PlotFn = Callable[[Figure, Any], None]
 _figure_numbers = itertools.count(1000)
+#: Set for the kernels that `make course` runs: every panel a cell builds then runs its settings once when the cell
+#: ends and leaves a static figure of that run beneath it, for readers where the live widget cannot render.
+SNAPSHOT_ENV = "DSGD_PANEL_SNAPSHOT"
+SNAPSHOT_TIMEOUT_S = 900.0
+_pending_snapshots: list[ExperimentPanel] = []
 
 
 class _LockedCanvas(Canvas):
@@ -107,6 +114,8 @@ class ExperimentPanel(widgets.VBox):
             [*header, control_box, widgets.HBox([self.run_button, self.stop_button, self.status]), self.canvas,
              self.summary, self.error_box]
         )
+        self.panel_title = title
+        _register_snapshot(self)
 
     def current_config(self) -> Config:
         """The base config with the controls' current values (raises ValueError for a bad combination)."""
@@ -185,6 +194,24 @@ class ExperimentPanel(widgets.VBox):
             self.canvas.draw_idle()
         self._last_draw = time.monotonic()  # measured after drawing, so slow draws cannot starve the run
 
+    def snapshot_png(self) -> bytes:
+        """The panel's figure as it stands (the last run's, once it has ended) as PNG bytes."""
+        buffer = io.BytesIO()
+        with self._draw_lock:
+            self.figure.savefig(buffer, format="png")
+        return buffer.getvalue()
+
+    def snapshot_caption(self) -> str:
+        """HTML naming what the static figure shows: the settings, the outcome and the run's summary."""
+        settings = ", ".join(f"{name} = {w.value!r}" for name, w in self.controls.items()) or "its defaults"
+        outcome = html.escape(self.error) if self.error else self.status.value
+        css = "dsgd-panel-snapshot dsgd-error" if self.error else "dsgd-panel-snapshot"
+        return (
+            f"<div class='{css}'><p><b>{html.escape(self.panel_title or 'Panel')}</b>, static figure of its last run "
+            f"({html.escape(settings)}): {outcome} The live panel runs in the notebook (Binder or "
+            f"<code>make lab</code>).</p>{self.summary.value}</div>"
+        )
+
     def _show_error(self, message: str | None, details: str | None = None) -> None:
         self.error = message
         if message is None:
@@ -195,6 +222,32 @@ class ExperimentPanel(widgets.VBox):
             f'<div class="dsgd-error" style="color:#a00;border:1px solid #a00;padding:4px">'
             f"{html.escape(message)}{more}</div>"
         )
+
+
+def _register_snapshot(panel: ExperimentPanel) -> None:
+    """Under SNAPSHOT_ENV in IPython: queue the panel for a static figure once the cell that built it ends."""
+    if os.environ.get(SNAPSHOT_ENV) != "1":
+        return
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    if shell is None:
+        return
+    if _show_snapshots not in shell.events.callbacks["post_run_cell"]:
+        shell.events.register("post_run_cell", _show_snapshots)
+    _pending_snapshots.append(panel)
+
+
+def _show_snapshots(*_: Any) -> None:
+    """IPython's post_run_cell hook: run each queued panel that has not run, then show its figure and caption."""
+    from IPython.display import HTML, Image, display
+
+    while _pending_snapshots:
+        panel = _pending_snapshots.pop(0)
+        if panel.result is None and not panel.running:
+            panel.start()
+        panel.wait(SNAPSHOT_TIMEOUT_S)
+        display(Image(data=panel.snapshot_png(), format="png"), HTML(panel.snapshot_caption()))
 
 
 def _summary_html(result: Result) -> str:
