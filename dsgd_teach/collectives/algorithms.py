@@ -34,36 +34,36 @@ def ring_send_chunk(rank: int, n: int, phase: str, step: int) -> int:
 def ring_schedule(k: int, n: int) -> list[dict[str, int | str]]:
     """Every message of the ring on a length-k vector over n ranks: step, phase, src, dst, chunk, elements.
 
-    Reduce-scatter: in step s rank r sends chunk (r - s) to r + 1, which adds it in; after n - 1 steps rank r holds
-    the finished chunk r + 1. All-gather: in step s rank r forwards chunk (r + 1 - s), receivers overwrite.
+    Reduce-scatter: in step t rank r sends chunk (r - t) to r + 1, which adds it in; after n - 1 steps rank r holds
+    the finished chunk r + 1. All-gather: in step t rank r forwards chunk (r + 1 - t), receivers overwrite.
     """
     sizes = chunk_sizes(k, n)
     out: list[dict[str, int | str]] = []
     for phase_no, phase in enumerate(("reduce-scatter", "all-gather")):
-        for s in range(n - 1):
+        for t in range(n - 1):
             for r in range(n):
-                c = ring_send_chunk(r, n, phase, s)
+                c = ring_send_chunk(r, n, phase, t)
                 if sizes[c]:
-                    out.append({"step": phase_no * (n - 1) + s, "phase": phase, "src": r, "dst": (r + 1) % n,
+                    out.append({"step": phase_no * (n - 1) + t, "phase": phase, "src": r, "dst": (r + 1) % n,
                                 "chunk": c, "elements": sizes[c]})
     return out
 
 
 def ring_allreduce(comm: Comm, x: torch.Tensor) -> torch.Tensor:
-    """Bandwidth-optimal ring (Patarasuk & Yuan 2009): 2(n-1) steps, each sending one chunk of about k/n."""
-    n, r = comm.world, comm.rank
+    """Bandwidth-optimal ring (Patarasuk & Yuan 2009): 2(N-1) steps, each sending one chunk of about K/N."""
+    N, r = comm.world, comm.rank
     out = flat_copy(comm, x, "ring_allreduce")  # a contiguous 1-D copy: any shape or strides, same dtype
-    bounds = chunk_offsets(out.numel(), n)
-    right, left = (r + 1) % n, (r - 1) % n
-    buf = torch.empty(max(chunk_sizes(out.numel(), n)), dtype=out.dtype, device=out.device)
+    bounds = chunk_offsets(out.numel(), N)
+    right, left = (r + 1) % N, (r - 1) % N
+    buf = torch.empty(max(chunk_sizes(out.numel(), N)), dtype=out.dtype, device=out.device)
     for phase_no, phase in enumerate(("reduce-scatter", "all-gather")):
-        for s in range(n - 1):
-            c_send = ring_send_chunk(r, n, phase, s)
-            c_recv = ring_send_chunk(left, n, phase, s)
+        for t in range(N - 1):
+            c_send = ring_send_chunk(r, N, phase, t)
+            c_recv = ring_send_chunk(left, N, phase, t)
             send = out[bounds[c_send] : bounds[c_send + 1]]
             lo, hi = bounds[c_recv], bounds[c_recv + 1]
             incoming = buf[: hi - lo]
-            comm.exchange(send, right, incoming, left, step=phase_no * (n - 1) + s, phase=phase, chunk=c_send)
+            comm.exchange(send, right, incoming, left, step=phase_no * (N - 1) + t, phase=phase, chunk=c_send)
             if phase == "reduce-scatter":
                 out[lo:hi] += incoming
             else:
