@@ -1,0 +1,293 @@
+"""Training one layout of the mesh: data × tensor(+sequence) × pipeline × context or expert parallelism at once.
+
+Each rank joins the world, creates the mesh's groups (mesh.py) and keeps its part of the GPT (mesh_parts.py): the
+blocks of its pipeline stage, with each block's heads and MLP columns cut over the tensor axis (Shoeybi et al.
+2019), attention by ring over the context axis (Liu et al. 2023), its share of the experts on the expert axis
+(Lepikhin et al. 2021). A step is a GPipe step (Huang et al. 2019) on the pipeline axis: every microbatch forward,
+activations sent to the next stage, then every microbatch backward, gradients sent back. Then the gradients are
+summed over the context axis and over the data axis (the experts' only over the ranks holding the same experts),
+each by chapter 05's ring on that axis's group, and every rank takes the same SGD step.
+
+The oracle is `build_gpt(shape, seed)` in one process on the same global batches (`oracle_run`): the loss of every
+step and every rank's slice of the parameters after training are the same within fp32 rounding.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from distributed import Client
+
+from ..collectives.algorithms import ring_allreduce
+from ..config import Config, check_bool, check_float, check_int, check_seed, check_timeout
+from ..pipeline.engine import own_group
+from ..pipeline.rank_support import StopVote
+from ..runtime.comm import Comm, wait_for
+from ..runtime.group import plan_group, run_in_group
+from ..runtime.live import WorkerContext
+from ..trace import OnUpdate, Result, TraceRecorder
+from .corpus import batch_at, make_corpus
+from .experts import aux_loss_of
+from .mesh import AXES, Layout, Mesh, join_mesh
+from .mesh_parts import (
+    SavedBytes,
+    StagePart,
+    build_part,
+    detached_mesh,
+    expert_parameters,
+    parameter_storages,
+    rank_positions,
+    rank_rows,
+    state_bytes,
+)
+from .model import GPTShape, build_gpt, lm_loss
+from .sequence_parallel import sum_replicated_grads
+from .tensor_parallel import replicated_parameters
+from .traffic import bytes_per_axis, take_traffic
+
+#: A tiny transformer: eight ranks of it train in seconds on two cores.
+TINY_SHAPE = GPTShape(vocab=32, seq_len=16, width=32, heads=4, layers=2, mlp_ratio=2)
+
+
+@dataclass(frozen=True)
+class ComposedConfig(Config):
+    """A layout (N_dp, N_tp, p, N_cp, N_ep), a model shape and a few SGD steps of B sequences in m microbatches."""
+
+    dp: int = 1
+    tp: int = 1
+    pp: int = 1
+    cp: int = 1
+    ep: int = 1
+    shape: GPTShape = field(default_factory=lambda: TINY_SHAPE)
+    batch: int = 8  # B: sequences per step, all ranks together
+    microbatches: int = 2  # m: the pipeline's microbatches per data-parallel rank
+    sequence_parallel: bool = False  # Korthikanti et al.'s sequence parallelism on the tensor axis
+    balanced: bool = True  # ring attention with two mirrored chunks per context rank
+    aux_weight: float = 0.01  # the load-balancing loss's weight (Switch Transformer's alpha) when shape.experts > 0
+    steps: int = 3
+    lr: float = 0.1
+    seed: int = 0
+    corpus_tokens: int = 20_000
+    threads: int = 1  # torch intra-op threads per rank
+    timeout_s: float = 60.0
+    run_timeout_s: float = 600.0
+
+    def validate(self) -> None:
+        layout = Layout(self.dp, self.tp, self.pp, self.cp, self.ep)  # ValueError naming the axis
+        if not isinstance(self.shape, GPTShape):
+            raise ValueError(f"shape must be a GPTShape, got {type(self.shape).__name__}")
+        layout.check_fits(self.shape.heads, self.shape.hidden, self.shape.layers, self.shape.seq_len,
+                          self.shape.experts)
+        check_int("microbatches", self.microbatches, 1, 64)
+        check_int("batch", self.batch, 1, 4096)
+        if self.batch % (self.dp * self.microbatches):
+            raise ValueError(f"batch must be a multiple of dp·microbatches = {self.dp * self.microbatches}, "
+                             f"got {self.batch}")
+        check_bool("sequence_parallel", self.sequence_parallel)
+        if self.sequence_parallel and self.shape.experts:
+            raise ValueError("sequence_parallel needs a dense MLP (experts=0): the experts route whole sequences here")
+        check_bool("balanced", self.balanced)
+        check_float("aux_weight", self.aux_weight, 0.0, 10.0)
+        check_int("steps", self.steps, 1, 100_000)
+        check_float("lr", self.lr, 0.0, 10.0, lo_open=True)
+        check_seed(self.seed)
+        check_int("corpus_tokens", self.corpus_tokens, self.shape.seq_len + 1, 10_000_000)
+        check_int("threads", self.threads, 1, 64)
+        check_timeout("timeout_s", self.timeout_s)
+        check_timeout("run_timeout_s", self.run_timeout_s, 86400.0)
+
+    @property
+    def layout(self) -> Layout:
+        """The mesh's axis sizes."""
+        return Layout(self.dp, self.tp, self.pp, self.cp, self.ep)
+
+    @property
+    def groups(self) -> int:
+        """Routing groups of the global batch (N_dp·m microbatches): the oracle's MoE routes in as many."""
+        return self.dp * self.microbatches
+
+
+def composed_rank(ctx: WorkerContext, comm: Comm, config: ComposedConfig) -> dict[str, object]:
+    """One rank: join the mesh, keep its part of the GPT, train `steps` GPipe steps; returns its parameters."""
+    torch.set_num_threads(config.threads)
+    mesh = join_mesh(config.layout, comm)
+    part = build_part(build_gpt(config.shape, config.seed), config, mesh)
+    corpus = make_corpus(config.seed, config.corpus_tokens, config.shape.vocab)
+    positions = rank_positions(config, mesh.coords)  # this rank's sequence positions (all of them unless cp > 1)
+    vote = StopVote(comm, config.timeout_s, own_group(config.timeout_s))
+    held = SavedBytes(parameter_storages(part))
+    clock = time.time() - time.perf_counter() - ctx.t0
+    for step in range(config.steps):
+        inputs, targets = batch_at(corpus, step, rank_rows(config.layout, mesh.coords, config.batch), config.batch,
+                                   config.shape.seq_len, config.seed)
+        inputs, targets = inputs[:, positions], targets[:, positions]
+        t0 = time.perf_counter()
+        held.reset_peak()
+        part.zero_grad(set_to_none=False)
+        with torch.autograd.graph.saved_tensors_hooks(held.pack, held.unpack):
+            loss = gpipe_step(part, mesh, inputs, targets, positions, config, step, ctx.emit)
+        reduce_gradients(part, mesh, config.sequence_parallel)
+        with torch.no_grad():
+            for p in part.parameters():
+                p.add_(p.grad, alpha=-config.lr)
+        t1 = time.perf_counter()
+        traffic = take_traffic(mesh)  # every message each axis's collectives sent this step
+        for row in traffic:
+            ctx.emit(step=step, event="traffic", **row)
+        sent = {f"bytes_{axis}": n for axis, n in bytes_per_axis(traffic).items()}
+        loss = total_loss(loss, mesh, part.last, config.sequence_parallel, config.timeout_s)
+        ctx.emit(step=step, event="update", loss=loss,
+                 step_s=t1 - t0, start=t0 + clock, end=t1 + clock, bytes_sent=sum(sent.values()), **sent,
+                 activation_bytes=held.peak, state_bytes=state_bytes(part), **mesh.coords,
+                 version_read=step, version_applied=step + 1)
+        if vote.cast(ctx.should_stop()):
+            break
+    vote.close()
+    mesh.close()
+    return {"coords": mesh.coords, "params": [p.detach().cpu().numpy().copy() for p in part.parameters()]}
+
+
+def gpipe_step(part: StagePart, mesh: Mesh, inputs: torch.Tensor, targets: torch.Tensor, positions: torch.Tensor,
+               config: ComposedConfig, step: int, emit: Callable[..., None]) -> float:
+    """GPipe: all m microbatches forward (activations to the next stage), then all backward; this rank's loss share.
+
+    Each microbatch's loss is its tokens' summed cross-entropy over the global batch's B·s tokens, so the shares of
+    all microbatches, data and context ranks add up to the oracle's mean loss (and their gradients to its gradient).
+    """
+    pp = mesh.comms["pp"]
+    tokens = config.batch * config.shape.seq_len
+    kept: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []  # (input, output, aux loss) per microbatch
+    total = 0.0
+    for k, (x, y) in enumerate(zip(inputs.chunk(config.microbatches), targets.chunk(config.microbatches),
+                                   strict=True)):
+        if not part.first:
+            x = torch.empty(part.boundary_shape(len(x)), device=pp.device)
+            pp.exchange(recv=x, src=pp.rank - 1, step=k, phase="activation")
+            x.requires_grad_(True)
+        out = part(x, positions)
+        aux = aux_loss_of(part) * (config.aux_weight / config.groups)
+        for layer, stats in part.routing_stats():
+            emit(step=step, event="routing", microbatch=k, layer=layer, **stats)
+        if part.last:
+            out = lm_loss(out, y) * (y.numel() / tokens)  # this microbatch's share of the global mean
+            total += float(out.detach())
+        else:
+            pp.exchange(send=out.detach(), dst=pp.rank + 1, step=k, phase="activation")
+        kept.append((x, out, aux))
+    for k in reversed(range(config.microbatches)):
+        x, out, aux = kept.pop()
+        grad = None
+        if not part.last:
+            grad = torch.empty_like(out)
+            pp.exchange(recv=grad, src=pp.rank + 1, step=k, phase="gradient")
+        torch.autograd.backward([out, aux] if aux.requires_grad else [out],
+                                [grad, torch.ones_like(aux)] if aux.requires_grad else [grad])
+        if not part.first:
+            pp.exchange(send=x.grad, dst=pp.rank - 1, step=k, phase="gradient")
+    return total
+
+
+def reduce_gradients(part: StagePart, mesh: Mesh, sequence_parallel: bool) -> None:
+    """Sum the gradients: with sequence parallelism, those of the weights every tensor rank holds whole (each saw its
+    1/N_tp of the tokens) over the tensor axis; then all over the context axis; then over the data axis (the
+    experts' over the ranks holding the same experts). Each sum is chapter 05's ring on that axis."""
+    if part.tensor_group is not None:
+        if sequence_parallel:
+            sum_replicated_grads(replicated_parameters(part), part.tensor_group)
+        part.tensor_group.take_records()  # the axis's Comm log counts its bytes; the records are not kept
+    experts = {id(p) for p in expert_parameters(part)}
+    everything = list(part.parameters())
+    for axis, params in (("cp", everything), ("dp", [p for p in everything if id(p) not in experts]),
+                         ("edp", [p for p in everything if id(p) in experts])):
+        comm = mesh.comms.get(axis)
+        if comm is None or comm.world == 1 or not params:
+            continue
+        flat = torch.cat([p.grad.reshape(-1) for p in params])
+        summed = ring_allreduce(comm, flat)
+        offset = 0
+        for p in params:
+            p.grad.copy_(summed[offset:offset + p.numel()].view_as(p))
+            offset += p.numel()
+
+
+def total_loss(share: float, mesh: Mesh, last: bool, sequence_parallel: bool, timeout_s: float) -> float:
+    """The step's loss: the last stage's shares summed over context, data (and with sequence parallelism, tensor)
+    ranks, by a library allreduce of one number outside the traced bytes; NaN on the other stages."""
+    if not last:
+        return float("nan")
+    value = torch.tensor([share], dtype=torch.float64)
+    for axis in ("cp", "dp") + (("tp",) if sequence_parallel else ()):
+        if axis in mesh.groups:
+            wait_for(dist.all_reduce(value, group=mesh.groups[axis], async_op=True), timeout_s,
+                     f"rank {mesh.rank}: the loss's sum over {axis}")
+    return float(value.item())
+
+
+def oracle_run(config: ComposedConfig) -> tuple[list[float], torch.nn.Module]:
+    """The single-process GPT on the same global batches and SGD steps: (loss of each step, trained model)."""
+    model = build_gpt(config.shape, config.seed)
+    for module in model.modules():
+        if hasattr(module, "groups") and hasattr(module, "num_experts"):
+            module.groups = config.groups  # route in the same groups of tokens as the ranks' microbatches
+    corpus = make_corpus(config.seed, config.corpus_tokens, config.shape.vocab)
+    losses = []
+    for step in range(config.steps):
+        inputs, targets = batch_at(corpus, step, None, config.batch, config.shape.seq_len, config.seed)
+        model.zero_grad(set_to_none=False)
+        loss = lm_loss(model(inputs), targets)
+        (loss + config.aux_weight * aux_loss_of(model)).backward()
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(p.grad, alpha=-config.lr)
+        losses.append(float(loss.detach()))
+    for module in model.modules():  # the last forward's load-balancing losses hold its graph: let it go
+        if isinstance(getattr(module, "aux_loss", None), torch.Tensor):
+            module.aux_loss = torch.zeros(())
+    return losses, model
+
+
+def run_composed(config: ComposedConfig, client: Client, on_update: OnUpdate | None = None) -> Result:
+    """Train config's layout on the cluster; the trace has one "update" event per rank and step (loss on the last
+    stage's ranks, step_s, bytes_dp ... bytes_ep sent on each axis, activation_bytes and state_bytes held)."""
+    t0 = time.perf_counter()
+    recorder = TraceRecorder(on_update)
+    world = config.layout.world
+    spec = plan_group(client, world, "cpu", config.timeout_s)
+    outs, stopped = run_in_group(client, spec, composed_rank, [(config,)] * world, recorder, config.run_timeout_s)
+    trace = recorder.frame()
+    ups = trace[trace.event == "update"]
+    losses = ups.dropna(subset=["loss"]).groupby("step").loss.first()
+    summary = {
+        "wall_s": time.perf_counter() - t0, "ranks": world,
+        "steps": int(ups.step.nunique()) if len(ups) else 0,
+        "final_loss": float(losses.iloc[-1]) if len(losses) else float("nan"),
+        "median_step_ms": float(ups.step_s.median() * 1e3) if len(ups) else float("nan"),
+    }
+    for axis in AXES:
+        summary[f"bytes_{axis}_per_step"] = float(ups.groupby("step")[f"bytes_{axis}"].max().median()) if len(ups) \
+            else float("nan")
+    return Result(config, trace, summary, None, stopped, extras=[o for o in outs if o is not None])
+
+
+def compare_with_oracle(result: Result, config: ComposedConfig) -> dict[str, float]:
+    """The largest differences from the oracle: in the loss of any step, and in any rank's parameters."""
+    losses, model = oracle_run(config)
+    ups = result.trace[result.trace.event == "update"].dropna(subset=["loss"])
+    got = ups.groupby("step").loss.agg(["min", "max"])
+    loss_diff = max(float(max(abs(got.loc[s, "min"] - want), abs(got.loc[s, "max"] - want)))
+                    for s, want in enumerate(losses) if s in got.index)
+    param_diff = 0.0
+    for out in result.extras or []:
+        part = build_part(model, config, detached_mesh(config.layout, out["coords"]))
+        want = [p.detach().numpy() for p in part.parameters()]
+        if len(want) != len(out["params"]):
+            raise AssertionError(f"rank at {out['coords']}: {len(out['params'])} parameters, the oracle's slice "
+                                 f"has {len(want)}")
+        for w, g in zip(want, out["params"], strict=True):
+            param_diff = max(param_diff, float(np.abs(w - g).max()))
+    return {"loss": loss_diff, "params": param_diff, "steps": float(len(got))}
