@@ -94,8 +94,9 @@ class Pending:
     """A collective started without waiting for it; wait() gives its result, or fails after the comm's timeout."""
 
     def __init__(self, comm: Comm, what: str, out: torch.Tensor | None = None, work: Any = None,
-                 future: Future[torch.Tensor] | None = None) -> None:
+                 future: Future[torch.Tensor] | None = None, received: torch.Tensor | None = None) -> None:
         self.comm, self.what, self.out, self.work, self.future = comm, what, out, work, future
+        self.received = received  # the direct reduce-scatter's receive buffer, summed into out when waited for
         self.launch_s, self.done_s = time.perf_counter(), 0.0
         if future is not None:
             future.add_done_callback(self._done)
@@ -117,6 +118,10 @@ class Pending:
         elif self.work is not None:
             self.comm.wait_all([self.work], self.what)
             self.work = None
+            if self.received is not None:  # every rank's copy of our shard: add them up, in rank order
+                assert self.out is not None
+                torch.sum(self.received.view(self.comm.world, -1), 0, out=self.out)
+                self.received = None
         self.done_s = self.done_s or time.perf_counter()
         assert self.out is not None
         return self.out
@@ -131,9 +136,15 @@ def start_reduce_scatter(comm: Comm, flat: torch.Tensor, how: str, pool: Executo
         return Pending(comm, "reduce-scatter", future=pool.submit(ring_reduce_scatter, comm, flat))
     out = torch.empty(flat.numel() // comm.world, dtype=flat.dtype, device=flat.device)
     _note_library(comm, out, "reduce-scatter")
-    # gloo's list form: its flat-tensor form took 1.2-1.8x as long here (4 MiB fp32 over 2 ranks on loopback)
-    chunks = list(flat.detach().contiguous().chunk(comm.world))
-    return Pending(comm, "reduce-scatter", out=out, work=dist.reduce_scatter(out, chunks, async_op=True))
+    if dist.get_backend() != "gloo":
+        return Pending(comm, "reduce-scatter", out=out,
+                       work=dist.reduce_scatter_tensor(out, flat.detach().contiguous(), async_op=True))
+    # On gloo, the direct algorithm: shard j goes straight to rank j (an all-to-all, the same (N-1)/N of the vector
+    # per rank as the ring), and each rank adds up the N copies of its shard. gloo's own reduce-scatter took 1.2-2.3x
+    # as long (6 MiB fp32 on loopback: 6.9 against 5.7 ms over 2 ranks, 22.4 against 9.7 ms over 4).
+    received = torch.empty_like(flat)
+    work = dist.all_to_all_single(received, flat.detach().contiguous(), async_op=True)
+    return Pending(comm, "reduce-scatter", out=out, work=work, received=received)
 
 
 def start_all_gather(comm: Comm, shard: torch.Tensor, how: str, pool: Executor | None,

@@ -188,6 +188,8 @@ class ZeroAdam:
                 if u.grad_shard is not None:
                     grads += u.grad_shard.numel() * u.grad_shard.element_size()
         grads += sum(f.numel() * f.element_size() for _, _, f in self._pending if f is not None)
+        grads += sum(p.received.numel() * p.received.element_size() for _, p, _ in self._pending
+                     if p.received is not None)  # a direct reduce-scatter's receive buffer, until it is summed
         optim = 0 if self.dtype == torch.float32 else sum(m.numel() * m.element_size() for m in self.masters)
         for state in self.opt.state.values():
             optim += sum(t.numel() * t.element_size() for t in state.values() if torch.is_tensor(t) and t.dim())
