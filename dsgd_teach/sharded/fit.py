@@ -13,7 +13,8 @@ measures both on its own ranks:
   (`rebuilt_layer`);
 * ZeRO's temporary buffers (Rajbhandari et al. 2020, section 3.2, residual memory): from stage 2 on, one unit's
   full gradient waits for its reduce-scatter; stage 3 also holds gathered units of parameters, the one computing
-  and the next one prefetched (FSDP's unit is a transformer layer, Zhao et al. 2023), `buffer_bytes`.
+  and the next one prefetched (FSDP wraps a transformer layer per unit; its rate limiter allows two all-gathers in
+  flight, Zhao et al. 2023, sections 3.3.2-3.3.3 and 3.4.2), `buffer_bytes`.
 """
 
 from __future__ import annotations
@@ -68,7 +69,8 @@ def unit_params(model: Model) -> int:
     return 12 * model.hidden**2
 
 
-#: Units of parameters a ZeRO-3 rank holds gathered at once: the one computing and the next one prefetched.
+#: Units of parameters a ZeRO-3 rank holds gathered at once: the one computing and the next one prefetched
+#: (FSDP's rate limiter: at most two all-gathers in flight, Zhao et al. 2023, section 3.4.2).
 GATHERED_UNITS = 2
 
 
