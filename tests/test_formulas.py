@@ -222,3 +222,20 @@ def test_the_shaped_hosts_bench_quotes_the_readme_run():
         for j, algorithm in enumerate(("naive", "ring")):
             error = figures[f"shaped_hosts.model_error_{algorithm}_{n}ranks"]
             assert int(quoted.group(3 + 2 * j + i)) == round(100 * error), (algorithm, n, error)
+
+
+def test_the_lognormal_tail_the_prose_quotes_is_the_delay_models():
+    """Chapter 04: 'the 99th percentile is about 11 times the mean'; chapter 11: 'about eleven times its mean'. Both
+    are formulas.lognormal_quantile_over_mean(0.99) for the sigma the delay model draws with, and 20 000 of the
+    model's own draws agree."""
+    import numpy as np
+
+    from dsgd_teach.syncasync.delays import DelayModel
+
+    ratio = formulas.lognormal_quantile_over_mean(0.99)
+    assert round(ratio) == 11
+    assert "99th percentile is about 11 times the mean" in text(chapter("04"))
+    assert "99th percentile is about eleven times its mean" in text(chapter("11"))
+    model = DelayModel(kind="lognormal", severity=1.0, seed=3, world=1)
+    draws = np.array([model.delay(0, step) for step in range(20_000)])
+    assert np.quantile(draws, 0.99) / draws.mean() == pytest.approx(ratio, rel=0.15)

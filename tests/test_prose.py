@@ -422,3 +422,22 @@ def test_assignments_count_ranks_with_n(path):
     body = " ".join(" ".join(c.source.split()) for c in nb.cells if c.cell_type == "markdown")
     bad = re.findall(r"\$[pn]\$ (?:ranks|workers)|Each of \$p\$ ranks|\$p - 1\$ (?:reduce-scatter|all-gather)", body)
     assert not bad, f"{path} counts ranks with another letter: {bad}"
+
+
+def test_fsdp_prefetching_cites_its_sections():
+    """Zhao et al. (2023): backward and forward prefetching are sections 3.3.2 and 3.3.3, the rate limiter that keeps
+    at most two all-gathers in flight (the two gathered units the fit counts) is section 3.4.2."""
+    for body in (text(chapter("09")), " ".join(_read("course/solutions/09_sharded_data_parallel_solutions.md").split())):
+        assert re.search(r"section 3\.3\.2", body) and "3.3.3" in body and "section 3.4.2" in body
+    assert "Zhao et al. 2023, section 3.4.2" in text(chapter("11"))
+
+
+def test_the_at_scale_chapter_gives_full_references():
+    """Every 'Author (et al.) year' the at-scale chapter cites has an entry, with a title, in its References."""
+    cited_in = [c for c in cells(chapter("11")) if not c.startswith("**References.**")]
+    refs = next(c for c in cells(chapter("11")) if c.startswith("**References.**"))
+    cited = set(re.findall(r"([A-Z][a-z]+)(?: et al\.| & [A-Z][\w ]+?)?,? \(?(\d{4}[ab]?)\b", " ".join(cited_in)))
+    cited = {(name, year) for name, year in cited if name not in {"At", "In", "The"}}
+    assert len(cited) >= 12, cited
+    for name, year in sorted(cited):
+        assert re.search(rf"{name}\b[^*]*?\({year}\), \*", refs), f"chapter 11 cites {name} {year} without a reference"

@@ -9,6 +9,7 @@ restating it.
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 
 from ..collectives.cost_model import AlphaBeta, predict_seconds
@@ -72,6 +73,19 @@ def expected_max_exponential(n: int, mu: float = 1.0) -> float:
 def expected_kth_of_exponential(k: int, m: int, mu: float = 1.0) -> float:
     """E[k-th smallest of M exponentials of mean mu] = mu (H_M - H_{M-k}): 'first N of N + b' is k = N, M = N + b."""
     return mu * (harmonic(m) - harmonic(m - k))
+
+
+def lognormal_quantile_over_mean(q: float) -> float:
+    """q-quantile of chapter 04's log-normal straggler delay over its mean: exp(z_q sigma - sigma^2 / 2).
+
+    The delay is severity * exp(sigma z - sigma^2 / 2) with z standard normal (syncasync/delays.py), so its mean is
+    the severity; at q = 0.99, z_q = 2.326 and sigma = 1.5 give about 11 ('a heavy tail', chapters 04 and 11).
+    """
+    from statistics import NormalDist
+
+    from ..syncasync.delays import LOGNORMAL_SIGMA
+
+    return math.exp(NormalDist().inv_cdf(q) * LOGNORMAL_SIGMA - LOGNORMAL_SIGMA**2 / 2)
 
 
 # --- chapter 05: bytes of the ring ---------------------------------------------------------------------------
