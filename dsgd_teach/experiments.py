@@ -27,6 +27,7 @@ CHAPTER_PACKAGES = (
     "dsgd_teach.tensor_parallel",
     "dsgd_teach.averaging",
     "dsgd_teach.sharded",
+    "dsgd_teach.transformer",
     "dsgd_teach.sim",
 )
 

@@ -25,6 +25,8 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ..collectives.algorithms import ring_send_chunk
+from ..collectives.layout import chunk_sizes
 from ..config import Config, check_bool, check_choice, check_int
 from ..sharded.zero_formulas import zero_formula
 
@@ -161,13 +163,13 @@ def stage_params(shape: GPTShape, plan: Plan, stage: int, experts_only: bool = F
     """Parameters one rank of pipeline stage `stage` holds: its L/p blocks split by tensor (and expert) parallelism.
 
     Megatron splits qkv and fc by columns (weights and biases), proj by rows (weights; their biases stay whole), and
-    keeps the norms whole (Shoeybi et al. 2019, section 3); the E experts are divided over N_ep ranks, the router
-    (h E, no bias) is whole. The first stage holds the embeddings, the last the final norm and the head. With
+    keeps the norms whole (Shoeybi et al. 2019, section 3); the E experts are divided over N_ep ranks (each whole on
+    every tensor rank: only attention is split in a block with experts), the router (h E, no bias) is whole. The first stage holds the embeddings, the last the final norm and the head. With
     experts_only, only the experts' parameters (averaged over the N_dp/N_ep ranks that hold the same experts)."""
     h, r, t = shape.width, shape.mlp_ratio, plan.tp
     check_int("stage", stage, 0, plan.pp - 1)
     mlp = (2 * r * h * h + r * h) // t + h
-    expert_block = mlp * shape.experts // plan.ep
+    expert_block = (2 * r * h * h + r * h + h) * shape.experts // plan.ep  # experts stay whole on tensor ranks
     if experts_only:
         return shape.layers // plan.pp * expert_block
     attention = (3 * h * h + 3 * h + h * h) // t + h
@@ -180,13 +182,37 @@ def stage_params(shape: GPTShape, plan: Plan, stage: int, experts_only: bool = F
     return total
 
 
-def ring_allreduce(n: int, k: float) -> tuple[float, float]:
+def replicated_params(shape: GPTShape, plan: Plan, stage: int) -> int:
+    """Parameters every tensor rank of stage `stage` holds whole: norms, the row-split layers' biases, embeddings,
+    final norm and head (with experts, the experts and the router too)."""
+    h = shape.width
+    per_block = 4 * h + h + (h if not shape.experts else 0)
+    total = shape.layers // plan.pp * per_block + stage_params(shape, plan, stage, experts_only=True)
+    if shape.experts:
+        total += shape.layers // plan.pp * h * shape.experts
+    if stage == 0:
+        total += (shape.vocab + shape.seq_len) * h
+    if stage == plan.pp - 1:
+        total += 2 * h + shape.vocab * h
+    return total
+
+
+def ring_allreduce(n: int, k: float, position: int | None = None) -> tuple[float, float]:
     """(messages, elements) one rank sends in a ring allreduce of k elements on n ranks: 2(n-1) messages of k/n,
-    2 (n-1)/n k elements (chapter 05)."""
-    return (2 * (n - 1), 2 * (n - 1) / n * k) if n > 1 and k > 0 else (0, 0.0)
+    2 (n-1)/n k elements (chapter 05). With the rank's position in the ring, exactly what chapter 05's ring sends
+    when n does not divide k (chunks of k // n, the first k % n one longer; empty chunks are not sent)."""
+    if n <= 1 or k <= 0:
+        return (0, 0.0)
+    if position is None:
+        return (2 * (n - 1), 2 * (n - 1) / n * k)
+    sizes = chunk_sizes(int(k), n)
+    sent = [sizes[ring_send_chunk(position, n, phase, t)] for phase in ("reduce-scatter", "all-gather")
+            for t in range(n - 1)]
+    return (sum(1 for c in sent if c), float(sum(sent)))
 
 
-def axis_messages(shape: GPTShape, plan: Plan, stage: int = 0) -> dict[str, tuple[float, float]]:
+def axis_messages(shape: GPTShape, plan: Plan, stage: int = 0,
+                  coords: dict[str, int] | None = None) -> dict[str, tuple[float, float]]:
     """(messages, elements) one rank of pipeline stage `stage` sends per step on each link ("How to Scale Your
     Model", Part 5, "How to Parallelize a Transformer for Training", does the same accounting for TPU meshes).
 
@@ -200,40 +226,53 @@ def axis_messages(shape: GPTShape, plan: Plan, stage: int = 0) -> dict[str, tupl
     section 3): (6 (N_cp - 1) + 2) blocks; and the gradients of the weights every context rank holds, summed by a
     ring allreduce over the N_cp ranks. ep: per MoE layer a dispatch and a combine
     all-to-all forward and both again backward, each sending (N_ep-1)/N_ep of the rank's top-k·b·s routed rows of h
-    when routing is uniform (Lepikhin et al. 2021, section 2.2)."""
+    when routing is uniform (Lepikhin et al. 2021, section 2.2), and first the E/N_ep int64 row counts to each other
+    rank: an expectation, since the rows routed are the data's (`expert_parallel.expert_parallel_bytes` counts a
+    run's exactly from the rows it routed). With sequence parallelism the weights every tensor
+    rank holds whole (norms, the row-split layers' biases, embeddings and head) saw only 1/N_tp of the tokens: their
+    gradients are summed by one more allreduce on the tensor axis, and a stage passes on b s h / N_tp.
+
+    `coords` (the rank's index on each axis, mesh.Layout.coords) makes each ring allreduce exact for that rank."""
     plan.check_shape(shape)
     m, b, h = plan.microbatches, plan.micro_rows, shape.width
     s = shape.seq_len // plan.cp
     layers = shape.layers // plan.pp
+    at = coords or {}
     out = dict.fromkeys(LINKS, (0, 0.0))
     experts = stage_params(shape, plan, stage, experts_only=True) if plan.ep > 1 else 0
-    out["dp"] = ring_allreduce(plan.dp, stage_params(shape, plan, stage) - experts)
-    out["edp"] = ring_allreduce(plan.dp // plan.ep, experts)
+    out["dp"] = ring_allreduce(plan.dp, stage_params(shape, plan, stage) - experts, at.get("dp"))
+    out["edp"] = ring_allreduce(plan.dp // plan.ep, experts, at.get("edp"))
+    per_layer = 2 if shape.experts else 4  # a block with experts splits only its attention
     msgs, elems = ring_allreduce(plan.tp, b * s * h)
-    out["tp"] = (4 * layers * m * msgs, 4 * layers * m * elems)
+    extra = ring_allreduce(plan.tp, replicated_params(shape, plan, stage), at.get("tp")) \
+        if plan.sequence_parallel else (0, 0.0)
+    out["tp"] = (per_layer * layers * m * msgs + extra[0], per_layer * layers * m * elems + extra[1])
     boundaries = (stage > 0) + (stage < plan.pp - 1)
-    out["pp"] = (boundaries * m, boundaries * m * b * s * h)
+    tokens = s // plan.tp if plan.sequence_parallel else s
+    out["pp"] = (boundaries * m, boundaries * m * b * tokens * h)
     if plan.cp > 1:  # forward: N_cp - 1 hops of (k, v); backward: N_cp - 1 hops of (k, v, dk, dv), a last of (dk, dv)
         block = b * s * h // plan.tp
-        grads = ring_allreduce(plan.cp, stage_params(shape, plan, stage))
+        grads = ring_allreduce(plan.cp, stage_params(shape, plan, stage), at.get("cp"))
         out["cp"] = (layers * m * (2 * plan.cp - 1) + grads[0],
                      layers * m * (6 * (plan.cp - 1) + 2) * block + grads[1])
     if shape.experts and plan.ep > 1:
         rows = min(shape.top_k * b * s, shape.experts * math.ceil(shape.capacity_factor * b * s * shape.top_k
                                                                    / shape.experts))
         calls = 4 * layers * m
-        out["ep"] = (calls * (plan.ep - 1), calls * (plan.ep - 1) / plan.ep * rows * h)
+        counts = layers * m * (plan.ep - 1) * (shape.experts // plan.ep) * 8 / plan.itemsize  # int64 row counts
+        out["ep"] = (calls * (plan.ep - 1) + layers * m * (plan.ep - 1),
+                     calls * (plan.ep - 1) / plan.ep * rows * h + counts)
     return out
 
 
-def axis_elements(shape: GPTShape, plan: Plan, stage: int = 0) -> dict[str, float]:
+def axis_elements(shape: GPTShape, plan: Plan, stage: int = 0, coords: dict[str, int] | None = None) -> dict[str, float]:
     """Elements one rank of stage `stage` sends per step on each link (axis_messages' second numbers)."""
-    return {link: elements for link, (_, elements) in axis_messages(shape, plan, stage).items()}
+    return {link: elements for link, (_, elements) in axis_messages(shape, plan, stage, coords).items()}
 
 
-def axis_bytes(shape: GPTShape, plan: Plan, stage: int = 0) -> dict[str, float]:
+def axis_bytes(shape: GPTShape, plan: Plan, stage: int = 0, coords: dict[str, int] | None = None) -> dict[str, float]:
     """Bytes one rank of stage `stage` sends per step on each axis: axis_elements times the element size."""
-    return {axis: n * plan.itemsize for axis, n in axis_elements(shape, plan, stage).items()}
+    return {axis: n * plan.itemsize for axis, n in axis_elements(shape, plan, stage, coords).items()}
 
 
 # --- memory per rank ----------------------------------------------------------------------------------------------

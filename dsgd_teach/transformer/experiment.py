@@ -1,0 +1,175 @@
+"""Chapter 10's experiment: predict a layout's step, then train it on the cluster and set the two side by side.
+
+`run(config, client)` calibrates on the cluster once per (cluster, model shape, threads) (calibration.py: the
+model's own step timed at two batch sizes on a worker, the cores, chapter 05's ping-pong for α and β), prints the
+prediction (step time, bytes each rank sends on each axis, memory each rank holds) before training, trains the
+layout with `composed.run_composed` (every rank's loss, step time, bytes per axis and memory in the trace), and
+prints and returns predicted against measured.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from distributed import Client
+
+from ..collectives.cost_model import AlphaBeta, fit_alpha_beta
+from ..collectives.experiment import run_session
+from ..collectives.session import Plan as SessionPlan
+from ..config import check_bool, sized
+from ..machine import cpu_count
+from ..trace import OnUpdate, Result
+from .calibration import Calibration, fit_compute, predict_step
+from .composed import ComposedConfig, run_composed
+from .mesh import AXES
+from .model import GPTShape
+from .predict import Plan, axis_bytes, flops_per_step, memory_per_rank
+
+#: The chapter's model: 2 layers, h = 64 in smoke mode; 4 layers, h = 128 in full mode (a few hundred thousand
+#: parameters either way, so that eight ranks on two cores train it in seconds).
+SMOKE_SHAPE = GPTShape(vocab=64, seq_len=32, width=64, heads=4, layers=2)
+FULL_SHAPE = GPTShape(vocab=64, seq_len=32, width=128, heads=4, layers=4)
+
+
+def chapter_shape() -> GPTShape:
+    """FULL_SHAPE, or SMOKE_SHAPE under DSGD_SMOKE=1."""
+    return sized(FULL_SHAPE, SMOKE_SHAPE)
+
+
+@dataclass(frozen=True)
+class TransformerConfig(ComposedConfig):
+    """A layout of the chapter's GPT, trained `steps` SGD steps; predicted first (calibrated on the cluster)."""
+
+    shape: GPTShape = SMOKE_SHAPE
+    batch: int = 16
+    microbatches: int = 2
+    steps: int = 6
+    predict: bool = True  # calibrate and predict before training
+    verbose: bool = True  # print the prediction before training and predicted against measured after
+
+    def validate(self) -> None:
+        super().validate()
+        check_bool("predict", self.predict)
+        check_bool("verbose", self.verbose)
+
+    @property
+    def plan(self) -> Plan:
+        """The layout and batch as predict.py reads them (plain SGD, GPipe's microbatches)."""
+        return Plan(dp=self.dp, tp=self.tp, pp=self.pp, cp=self.cp, ep=self.ep, batch=self.batch,
+                    microbatches=self.microbatches, sequence_parallel=self.sequence_parallel,
+                    balanced=self.balanced, optimizer="sgd")
+
+
+@dataclass
+class TransformerExtras:
+    """A run's extras: the calibration used, and the predicted and measured step, bytes and memory."""
+
+    calibration: Calibration | None
+    prediction: dict[str, Any]
+    comparison: pd.DataFrame
+    ranks: list[dict[str, Any]]
+
+
+_CALIBRATIONS: dict[tuple[Any, ...], Calibration] = {}
+
+
+def measure_link(client: Client, timeout_s: float = 60.0, repeats: int = 5) -> AlphaBeta:
+    """α and β of the cluster's links: chapter 05's ping-pong between two ranks, fitted by its cost model."""
+    sizes = tuple(2**j for j in range(6, 21, 2))
+    plan = SessionPlan(pingpong_sizes=sizes, pingpong_repeats=repeats)
+    _, results, _, _ = run_session(client, 2, plan, device="cpu", timeout_s=timeout_s, run_timeout_s=10 * timeout_s)
+    ping = results[0]["pingpong"]
+    return fit_alpha_beta(np.array([p[0] for p in ping], dtype=float), np.array([p[1] for p in ping]))
+
+
+def calibrate(client: Client, shape: GPTShape, threads: int = 1, timeout_s: float = 60.0,
+              refresh: bool = False) -> Calibration:
+    """This cluster's Calibration for `shape` (measured once, then remembered until refresh=True)."""
+    key = (client.scheduler.address if client.scheduler else id(client), shape, threads)
+    if refresh or key not in _CALIBRATIONS:
+        rate, overhead = client.submit(_fit_on_worker, shape, threads, pure=False).result(timeout=10 * timeout_s)
+        cores = client.submit(cpu_count, pure=False).result(timeout=timeout_s)
+        _CALIBRATIONS[key] = Calibration(rate, overhead, int(cores), measure_link(client, timeout_s))
+    return _CALIBRATIONS[key]
+
+
+def _fit_on_worker(shape: GPTShape, threads: int) -> tuple[float, float]:
+    import torch
+
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(threads)
+        return fit_compute(shape)
+    finally:
+        torch.set_num_threads(before)
+
+
+def prediction(config: TransformerConfig, cal: Calibration | None) -> dict[str, Any]:
+    """What the formulas say of this run: step time (with a calibration), and per stage bytes and memory."""
+    shape, plan = config.shape, config.plan
+    stages = {st: {"bytes": axis_bytes(shape, plan, st), "memory": memory_per_rank(shape, plan, st, "gpipe")}
+              for st in range(plan.pp)}
+    out: dict[str, Any] = {"flops_per_step": flops_per_step(shape, plan.batch), "stages": stages}
+    if cal is not None:
+        out["step"] = predict_step(shape, plan, cal)
+    return out
+
+
+def compare(config: TransformerConfig, predicted: dict[str, Any], trace: pd.DataFrame) -> pd.DataFrame:
+    """Predicted against measured, per quantity: median step time, bytes per axis and memory of the busiest rank."""
+    ups = trace[trace.event == "update"]
+    rows: list[dict[str, Any]] = []
+    if not len(ups):
+        return pd.DataFrame(columns=["quantity", "predicted", "measured", "ratio"])
+    steps = ups[ups.step > 0] if ups.step.nunique() > 1 else ups  # step 0 warms the allocator and the links up
+    if "step" in predicted:
+        rows.append({"quantity": "step time (s)", "predicted": predicted["step"]["step_s"],
+                     "measured": float(steps.groupby("step").step_s.max().median())})
+    stages = predicted["stages"]
+    for axis in AXES:
+        want = max(s["bytes"][axis] + (s["bytes"]["edp"] if axis == "dp" else 0) for s in stages.values())
+        got = float(ups.groupby("worker")[f"bytes_{axis}"].median().max())
+        if want or got:
+            rows.append({"quantity": f"bytes sent on {axis}", "predicted": want, "measured": got})
+    held = (ups.activation_bytes + ups.state_bytes).groupby(ups.worker).max()
+    rows.append({"quantity": "memory held (bytes)", "measured": float(held.max()),
+                 "predicted": max(s["memory"]["total"] for s in stages.values())})
+    frame = pd.DataFrame(rows)
+    frame["ratio"] = frame.predicted / frame.measured
+    return frame
+
+
+def run(config: TransformerConfig, client: Client, on_update: OnUpdate | None = None) -> Result:
+    """Predict, train the layout on the cluster, compare: a Result whose extras hold both sides."""
+    cal = calibrate(client, config.shape, config.threads, config.timeout_s) if config.predict else None
+    predicted = prediction(config, cal)
+    if config.verbose:
+        print(describe_prediction(config, predicted))
+    result = run_composed(config, client, on_update)
+    table = compare(config, predicted, result.trace)
+    summary = dict(result.summary)
+    for row in table.itertuples():
+        summary[f"predicted {row.quantity}"] = float(row.predicted)
+        summary[f"measured {row.quantity}"] = float(row.measured)
+    if config.verbose:
+        print(table.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    return Result(config, result.trace, summary, None, result.stopped,
+                  TransformerExtras(cal, predicted, table, result.extras or []))
+
+
+def describe_prediction(config: TransformerConfig, predicted: dict[str, Any]) -> str:
+    """One paragraph: the layout, and what it is predicted to take, send and hold."""
+    plan = config.plan
+    head = (f"predicted for dp={plan.dp} tp={plan.tp} pp={plan.pp} cp={plan.cp} ep={plan.ep} "
+            f"({plan.ranks} ranks), B={plan.batch}, m={plan.microbatches}: "
+            f"{predicted['flops_per_step'] / 1e9:.3g} GFLOP per step")
+    if "step" in predicted:
+        head += f", {predicted['step']['step_s'] * 1e3:.1f} ms per step"
+    sent = {a: max(s["bytes"][a] + (s["bytes"]["edp"] if a == "dp" else 0) for s in predicted["stages"].values())
+            for a in AXES}
+    memory = max(s["memory"]["total"] for s in predicted["stages"].values())
+    return (head + "; bytes per rank per step " + ", ".join(f"{a} {v:,.0f}" for a, v in sent.items() if v)
+            + f"; memory per rank {memory / 2**20:.2f} MiB")
