@@ -138,7 +138,7 @@ def test_ours_equal_pytorchs_parallelize_module_on_every_rank(ranks, ours: str, 
 
 @pytest.mark.parametrize("run", ["tp", "sp", "tp_library"])
 def test_each_layer_sends_what_the_formulas_say(ranks, run: str) -> None:
-    """Shoeybi et al. figure 3: per layer 2 allreduces forward (g) and 2 backward (f) of B·s·h elements; with SP
+    """Shoeybi et al. figures 3 and 4: per layer 2 allreduces forward (g) and 2 backward (f) of B·s·h elements; with SP
     (Korthikanti et al. 4.2.2) each becomes an all-gather and a reduce-scatter of the same K, plus one allreduce of
     the replicated parameters' gradients per step."""
     k = TPConfig().batch * SHAPE.seq_len * SHAPE.width
@@ -177,3 +177,16 @@ def test_bad_splits_raise_valueerror_naming_the_field() -> None:
         shard_block_for_tp(build_gpt(GPTShape(width=48, heads=3), 0).blocks[0], group)
     with pytest.raises(ValueError, match="how"):
         TensorGroup(Comm(0, 2, torch.device("cpu"), 1.0), "tree")
+
+
+def test_run_tp_on_the_cluster_gives_the_oracles_losses_and_traces_each_steps_bytes(client) -> None:
+    from dsgd_teach.transformer.tp_run import run_tp
+
+    config = TPConfig(shape=SHAPE, tp=WORLD, sequence_parallel=True, steps=2, timeout_s=60.0)
+    result = run_tp(config, client)
+    assert len(result.extras.losses) == 2
+    np.testing.assert_allclose(result.extras.losses, result.extras.oracle_losses, atol=1e-5)
+    ups = result.trace[result.trace.event == "update"]
+    k = config.batch * SHAPE.seq_len * SHAPE.width
+    activations = ups.bytes_sent - ups.bytes_replicated_grads
+    assert (activations == 4 * SHAPE.layers * ring_bytes("allreduce", k, WORLD)).all()

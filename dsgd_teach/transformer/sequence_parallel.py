@@ -1,5 +1,6 @@
 """Sequence parallelism (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models",
-section 4.2.2): the layer-norm (and dropout) regions run on s/N_tp of the tokens on each tensor-parallel rank.
+section 4.2.2, figure 5): the layer-norm (and dropout) regions run on s/N_tp of the tokens on each tensor-parallel
+rank.
 
 Tensor parallelism alone leaves the layer norms, residual adds and dropouts replicated: every rank holds the whole
 [B, s, h] activation there. Sequence parallelism cuts that region along the sequence, and Megatron's two operators

@@ -32,6 +32,15 @@ def ring_bytes(collective: str, elements: int, world: int, element_size: int = 4
     return element_size * (2 * share if collective == "allreduce" else share)
 
 
+def bytes_by_op(records: list[dict[str, Any]]) -> dict[str, int]:
+    """Bytes sent per operator in `records`, keyed bytes_<op> ("g forward" -> "bytes_g_forward")."""
+    out: dict[str, int] = {}
+    for rec in records:
+        key = "bytes_" + rec["op"].replace(" ", "_").replace("-", "_")
+        out[key] = out.get(key, 0) + rec["bytes_sent"]
+    return out
+
+
 class TensorGroup:
     """The N_tp ranks that split one layer's tensors: allreduce, sequence all-gather and reduce-scatter, counted."""
 

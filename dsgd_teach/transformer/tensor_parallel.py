@@ -9,8 +9,8 @@ forward and one backward per pair:
 - MLP: `fc` (h -> mlp_ratio·h) split by columns, GELU on each rank's columns, `proj` split by rows: a partial sum.
 The conjugate operators: f in front of a column-split linear (identity forward, allreduce of the input's gradient
 backward) and g after a row-split one (allreduce forward, identity backward). Per layer: 2 allreduces of B·s·h
-elements forward and 2 backward (Shoeybi et al., figure 3); a ring sends 2(N_tp - 1)/N_tp of each per rank. With
-sequence parallelism f becomes an all-gather (backward: reduce-scatter) and g a reduce-scatter (backward:
+elements forward and 2 backward (Shoeybi et al., figures 3 and 4); a ring sends 2(N_tp - 1)/N_tp of each per
+rank. With sequence parallelism f becomes an all-gather (backward: reduce-scatter) and g a reduce-scatter (backward:
 all-gather), along the sequence: the same bytes, and the norms hold s/N_tp tokens per rank.
 
 The interface the mesh (composed.py) and the tests use, on any process group:
@@ -20,6 +20,9 @@ The interface the mesh (composed.py) and the tests use, on any process group:
     shard_of(name, full_tensor, rank, size)                               # the oracle's tensor -> this rank's slice
     replicated_parameters(model)                                          # what every rank holds whole
     group.records                                                         # each collective: op, K, bytes sent
+With sequence parallelism a rank feeds the model only its tokens, `sequence_chunk(rank, N_tp, s)` of the inputs,
+targets and positions (`model(inputs, positions=positions)`), takes lm_loss / N_tp as its share of the loss, and
+after backward calls `sum_replicated_grads(replicated_parameters(model), group)` (sequence_parallel.py).
 `tp_rank` is the rank loop that reads top to bottom: the oracle's weights sliced, SGD steps on batch_at's batches.
 """
 
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import copy
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,11 +38,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..config import Config, check_bool, check_choice, check_float, check_int, check_seed
+from ..config import Config, check_bool, check_choice, check_float, check_int, check_seed, check_timeout
 from .corpus import batch_at, make_corpus
 from .model import GPT, MLP, Block, GPTShape, build_gpt, lm_loss
 from .sequence_parallel import GatherSequence, ScatterSequence, sequence_chunk, sum_replicated_grads
-from .tensor_group import HOW, TensorGroup
+from .tensor_group import HOW, TensorGroup, bytes_by_op
 
 #: How each split tensor of a Block is cut: by output rows (dim 0) of a column-split linear's weight, or by input
 #: columns (dim 1) of a row-split one. Everything else (norms, the row-split linears' biases) is held whole.
@@ -163,7 +167,10 @@ class TPConfig(Config):
     lr: float = 0.1
     seed: int = 0
     corpus_tokens: int = 20_000
-    threads: int = 1
+    threads: int = 1  # torch intra-op threads per rank
+    device: str = "cpu"  # run_tp's ranks: "cpu" (gloo), "cuda" (NCCL, a GPU per rank) or "auto"
+    timeout_s: float = 60.0  # each collective's wait
+    run_timeout_s: float = 600.0  # the whole run on the cluster
 
     def validate(self) -> None:
         if not isinstance(self.shape, GPTShape):
@@ -178,21 +185,29 @@ class TPConfig(Config):
         check_seed(self.seed)
         check_int("corpus_tokens", self.corpus_tokens, self.shape.seq_len + 1, 10_000_000)
         check_int("threads", self.threads, 1, 64)
+        check_choice("device", self.device, ("auto", "cpu", "cuda"))
+        check_timeout("timeout_s", self.timeout_s)
+        check_timeout("run_timeout_s", self.run_timeout_s, 86400.0)
 
 
-def tp_rank(group: TensorGroup, config: TPConfig, keep_grads: bool = True) -> dict[str, Any]:
-    """One rank: slice the oracle's GPT, run SGD steps on the global batches; its losses, gradients and records."""
+def tp_rank(group: TensorGroup, config: TPConfig, keep_grads: bool = True,
+            emit: Callable[..., None] | None = None) -> dict[str, Any]:
+    """One rank: slice the oracle's GPT, run SGD steps on the global batches; its losses, gradients and records.
+
+    `loss` is this rank's share of each step's loss (under SP the shares add up to it over the group); `emit`, when
+    given, gets one "update" event per step with the share, the step's time and the bytes each collective sent.
+    """
     torch.set_num_threads(config.threads)
-    sp, s = config.sequence_parallel, config.shape.seq_len
-    model = shard_gpt(build_gpt(config.shape, config.seed), group, sp)
+    sp, s, device = config.sequence_parallel, config.shape.seq_len, group.comm.device
+    model = shard_gpt(build_gpt(config.shape, config.seed), group, sp).to(device)
     replicated = replicated_parameters(model)
     corpus = make_corpus(config.seed, config.corpus_tokens, config.shape.vocab)
     tokens = sequence_chunk(group.rank, group.size, s) if sp else slice(0, s)  # SP: this rank's s/N_tp tokens
-    positions = torch.arange(s)[tokens]
+    positions = torch.arange(s, device=device)[tokens]
     out: dict[str, Any] = {"loss": [], "grads": [], "step_s": [], "records": []}
     for step in range(config.steps):
         inputs, targets = batch_at(corpus, step, None, config.batch, s, config.seed)
-        inputs, targets = inputs[:, tokens], targets[:, tokens]
+        inputs, targets = inputs[:, tokens].to(device), targets[:, tokens].to(device)
         t0 = time.perf_counter()
         model.zero_grad(set_to_none=False)
         loss = lm_loss(model(inputs, positions=positions), targets)
@@ -206,6 +221,10 @@ def tp_rank(group: TensorGroup, config: TPConfig, keep_grads: bool = True) -> di
         out["step_s"].append(time.perf_counter() - t0)
         out["loss"].append(float(share.detach()))
         out["records"].append(group.take_records())
+        if emit is not None:
+            sent = bytes_by_op(out["records"][-1])
+            emit(step=step, event="update", loss_share=out["loss"][-1], step_s=out["step_s"][-1],
+                 bytes_sent=sum(sent.values()), **sent, version_read=step, version_applied=step + 1)
         if keep_grads:
             out["grads"].append({n: p.grad.detach().clone() for n, p in model.named_parameters()})
     out["params"] = {n: p.detach().clone() for n, p in model.named_parameters()}

@@ -1,0 +1,77 @@
+"""Tensor (and sequence) parallel training of the GPT on the live cluster: N_tp ranks, one process group.
+
+`run_tp(config, client)` runs tensor_parallel.tp_rank on config.tp dask workers (runtime/group.py's process group,
+every wait bounded by config.timeout_s) and compares each step's loss with the single-process oracle's.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from distributed import Client
+
+from ..runtime.comm import Comm
+from ..runtime.group import plan_group, run_in_group
+from ..runtime.live import WorkerContext
+from ..trace import OnUpdate, Result, TraceRecorder
+from .corpus import batch_at, make_corpus
+from .model import build_gpt, lm_loss
+from .tensor_group import TensorGroup
+from .tensor_parallel import TPConfig, tp_rank
+
+
+@dataclass(frozen=True)
+class TPExtras:
+    """A run's losses per step (summed over the ranks' shares under SP) and the oracle's on the same batches."""
+
+    losses: list[float]
+    oracle_losses: list[float]
+
+
+def oracle_losses(config: TPConfig) -> list[float]:
+    """The single-process GPT's loss at each of config's SGD steps, on the same global batches."""
+    model = build_gpt(config.shape, config.seed)
+    corpus = make_corpus(config.seed, config.corpus_tokens, config.shape.vocab)
+    losses = []
+    for step in range(config.steps):
+        inputs, targets = batch_at(corpus, step, None, config.batch, config.shape.seq_len, config.seed)
+        model.zero_grad(set_to_none=False)
+        loss = lm_loss(model(inputs), targets)
+        loss.backward()
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(p.grad, alpha=-config.lr)
+        losses.append(float(loss.detach()))
+    return losses
+
+
+def _rank(ctx: WorkerContext, comm: Comm, config: TPConfig) -> dict[str, Any]:
+    """One rank of the group: tp_rank on the whole group, its events streamed as they happen."""
+    out = tp_rank(TensorGroup(comm, config.how), config, keep_grads=False, emit=ctx.emit)
+    return {"loss": out["loss"], "step_s": out["step_s"]}
+
+
+def run_tp(config: TPConfig, client: Client, on_update: OnUpdate | None = None) -> Result:
+    """Train config.steps steps on config.tp ranks; summary: final loss, largest difference from the oracle's
+    losses, median step time and bytes each rank sent per step."""
+    t0 = time.perf_counter()
+    recorder = TraceRecorder(on_update)
+    spec = plan_group(client, config.tp, config.device, config.timeout_s)
+    outs, stopped = run_in_group(client, spec, _rank, [(config,)] * config.tp, recorder, config.run_timeout_s)
+    shares = [o["loss"] for o in outs if o is not None]
+    steps = min((len(s) for s in shares), default=0)
+    losses = [sum(s[i] for s in shares) if config.sequence_parallel else shares[0][i] for i in range(steps)]
+    want = oracle_losses(config)
+    trace = recorder.frame()
+    ups = trace[trace.event == "update"] if len(trace) else trace
+    summary: dict[str, Any] = {
+        "wall_s": time.perf_counter() - t0, "ranks": config.tp, "backend": spec.backend,
+        "final_loss": losses[-1] if losses else float("nan"),
+        "max_loss_error": max((abs(a - b) for a, b in zip(losses, want, strict=False)), default=float("nan")),
+        "median_step_ms": float(ups.step_s.median() * 1e3) if len(ups) else float("nan"),
+        "bytes_per_rank_per_step": float(ups.bytes_sent.median()) if len(ups) else float("nan"),
+    }
+    return Result(config, trace, summary, None, stopped, TPExtras(losses, want))
