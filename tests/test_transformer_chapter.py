@@ -1,0 +1,86 @@
+"""Chapter 10's experiment: each run predicts, then measures; the traced bytes are the formulas exactly.
+
+Oracles: every rank's bytes on every mesh axis in every step equal predict.axis_bytes for its coordinates (chapter
+05's ring, Megatron's allreduces, sequence parallelism's gathers, the pipeline's boundaries, ring attention's
+blocks); the memory each rank holds (parameters, gradients and the tensors autograd keeps) is within 10 % of
+predict.memory_per_rank. No wall-clock assertion: the step time is compared in the chapter, not here.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from dsgd_teach.experiments import get
+from dsgd_teach.runtime.cluster import start_client
+from dsgd_teach.transformer.experiment import TransformerConfig, run
+from dsgd_teach.transformer.mesh import AXES
+from dsgd_teach.transformer.predict import axis_bytes, memory_per_rank
+from dsgd_teach.transformer.traffic import axis_table
+
+LAYOUTS = {
+    "dp2-tp2-pp2": dict(dp=2, tp=2, pp=2),
+    "tp2-pp2-cp2-sp": dict(tp=2, pp=2, cp=2, sequence_parallel=True),
+}
+
+
+@pytest.fixture(scope="module")
+def runs():
+    """Each layout run once (two steps) on an eight-worker cluster, with its printed output."""
+    with start_client(8, quiet=True, use_gpu=False) as client:
+        yield {name: run(TransformerConfig(**kw, steps=2, predict=False, verbose=False), client)
+               for name, kw in LAYOUTS.items()}
+
+
+def coords_of(result, rank: int) -> dict[str, int]:
+    ups = result.trace[(result.trace.event == "update") & (result.trace.worker == rank)].iloc[0]
+    return {axis: int(ups[axis]) for axis in (*AXES, "edp")}
+
+
+@pytest.mark.parametrize("name", list(LAYOUTS))
+def test_traced_bytes_per_rank_and_axis_equal_the_formulas(runs, name):
+    result = runs[name]
+    config = result.config
+    table = axis_table(result.trace)
+    assert len(table) == config.layout.world * config.steps
+    for (rank, step), row in table.iterrows():
+        at = coords_of(result, rank)
+        want = axis_bytes(config.shape, config.plan, at["pp"], at)
+        want = {axis: int(want[axis] + (want["edp"] if axis == "dp" else 0)) for axis in AXES}
+        assert {axis: int(v) for axis, v in row.items()} == want, f"rank {rank} {at}, step {step}"
+    assert sum(len(config.layout.active) >= 3 for config in (r.config for r in runs.values())) == len(runs)
+
+
+@pytest.mark.parametrize("name", list(LAYOUTS))
+def test_memory_held_is_the_formulas_within_ten_percent(runs, name):
+    result = runs[name]
+    ups = result.trace[result.trace.event == "update"]
+    for rank, rows in ups.groupby("worker"):
+        held = float((rows.activation_bytes + rows.state_bytes).max())
+        want = memory_per_rank(result.config.shape, result.config.plan, int(rows.pp.iloc[0]), "gpipe")["total"]
+        assert held == pytest.approx(want, rel=0.10), f"rank {rank}"
+
+
+def test_the_comparison_table_has_every_axis_that_sent(runs):
+    table = runs["tp2-pp2-cp2-sp"].extras.comparison
+    assert {"bytes sent on tp", "bytes sent on pp", "bytes sent on cp", "memory held (bytes)"} <= set(table.quantity)
+    sent = table[table.quantity.str.startswith("bytes")]
+    assert (sent.ratio == 1.0).all(), sent
+
+
+def test_the_printed_prediction_names_the_layout_and_its_bytes():
+    """What run prints before training (verbose); without a calibration it has no step time but all the bytes."""
+    from dsgd_teach.transformer.experiment import describe_prediction, prediction
+
+    config = TransformerConfig(dp=2, pp=2)
+    text = describe_prediction(config, prediction(config, None))
+    assert text.startswith("predicted for dp=2 tp=1 pp=2") and "bytes per rank per step" in text
+
+
+def test_the_experiment_is_registered_and_validates_its_fields():
+    assert get("transformer").config_cls is TransformerConfig
+    with pytest.raises(ValueError, match="steps"):
+        TransformerConfig(steps=0)
+    with pytest.raises(ValueError, match="tp"):
+        TransformerConfig(tp=3)
+    with pytest.raises(ValueError, match="predict"):
+        TransformerConfig(predict="yes")
