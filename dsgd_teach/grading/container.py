@@ -67,11 +67,18 @@ def require() -> None:
 def require_fenced(paths: list[str]) -> None:
     """Raise bubblewrap.SandboxUnavailable when a sandbox uid could read one of paths (no mount namespace hides
     them in this mode: the grader's sources, submissions and output must be closed to other users)."""
-    open_ = readable_by_sandbox(paths)
+    open_ = readable_by_sandbox(list(paths) + package_secrets())
     if open_:
         raise bubblewrap.SandboxUnavailable(
             "in container mode a submission's uid could read " + ", ".join(open_) + "; close them to other users "
             "(chmod -R go-rwx PATH) or grade with bubblewrap")
+
+
+def package_secrets() -> list[str]:
+    """The assignment sources of the checkout the dsgd_teach package is imported from, if any: that checkout is
+    readable from the sandbox (the package's folder is on its PYTHONPATH), so its sources must be fenced too."""
+    sources = os.path.join(bubblewrap.package_parent(), "course", "assignments", "source")
+    return [sources] if os.path.isdir(sources) else []
 
 
 def select(unsafe: bool = False, switched_on: bool | None = None) -> bool | str:
