@@ -239,3 +239,17 @@ def test_the_lognormal_tail_the_prose_quotes_is_the_delay_models():
     model = DelayModel(kind="lognormal", severity=1.0, seed=3, world=1)
     draws = np.array([model.delay(0, step) for step in range(20_000)])
     assert np.quantile(draws, 0.99) / draws.mean() == pytest.approx(ratio, rel=0.15)
+
+
+def test_chapter_07s_decoupled_bubble_and_gpipe_speedup_are_the_schedules():
+    """Chapter 07: the decoupled bubble (p-1)/(m+p-1+m t_b/t_f) and GPipe's ideal speed-up over the naive schedule,
+    2m/(m+1) = 1.78 at p = 2, m = 8, are the schedules' ideal_bubble, and agree with the step times they come from."""
+    body = text(chapter("07"))
+    assert r"(p-1)/\big(m+p-1+m\,t_b/t_f\big)" in body
+    assert r"ideal speed-up $2m/(m+1) \approx 1.78$" in body
+    for p, m, ratio in ((2, 8, 2.0), (4, 8, 2.0), (4, 3, 1.5), (8, 1, 3.0)):
+        t_f, t_b = 1.0, ratio
+        step = (m + p - 1) * t_f + m * t_b  # the forwards fill the pipe, the backwards run on every stage at once
+        assert formulas.bubble_decoupled(p, m, ratio) == pytest.approx((step - m * (t_f + t_b)) / step)
+        assert formulas.gpipe_over_naive_speedup(p, m) == pytest.approx(p * m * (t_f + t_b) / ((m + p - 1) * (t_f + t_b)))
+    assert formulas.gpipe_over_naive_speedup(2, 8) == pytest.approx(16 / 9) and round(16 / 9, 2) == 1.78

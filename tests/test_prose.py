@@ -441,3 +441,11 @@ def test_the_at_scale_chapter_gives_full_references():
     assert len(cited) >= 12, cited
     for name, year in sorted(cited):
         assert re.search(rf"{name}\b[^*]*?\({year}\), \*", refs), f"chapter 11 cites {name} {year} without a reference"
+
+
+def test_distbelief_citation_names_both_sections():
+    """Dean et al. (2012): section 3 is model parallelism (a partition's work over a machine's cores), section 4 the
+    data parallelism across machines (Downpour); chapter 06 once credited both to section 3."""
+    body = text(chapter("06"))
+    assert "(2012, section 3) already combined" not in body
+    assert "(their section 3)" in body and "across machines (section 4)" in body

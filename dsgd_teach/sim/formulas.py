@@ -117,6 +117,22 @@ def bubble_over_compute(p: int, m: int) -> float:
     return step / (1 - step)
 
 
+def bubble_decoupled(p: int, m: int, backward_over_forward: float = 2.0) -> float:
+    """Decoupled backprop's bubble, (p-1)/(m+p-1+m t_b/t_f): only the forward fill idles a stage, (p-1) t_f of a
+    step of (m+p-1) t_f + m t_b (Huo et al. 2018's unlocked backwards): the schedules' own ideal_bubble."""
+    from ..pipeline.schedules import ideal_bubble
+
+    return ideal_bubble(p, m, "decoupled", backward_over_forward)
+
+
+def gpipe_over_naive_speedup(p: int, m: int) -> float:
+    """How much faster GPipe's step is than the naive schedule's on the same work: p m / (m + p - 1), from the two
+    schedules' bubbles ((p-1)/(m+p-1) and (p-1)/p); 2m/(m+1) at p = 2."""
+    from ..pipeline.schedules import ideal_bubble
+
+    return (1 - ideal_bubble(p, m, "gpipe")) / (1 - ideal_bubble(p, m, "naive"))
+
+
 # --- chapter 09: memory ---------------------------------------------------------------------------------------
 
 
