@@ -67,6 +67,17 @@ def test_same_seed_same_weights_in_another_process_and_torch_rng_untouched() -> 
     assert not torch.equal(model.head.weight, other.head.weight)
 
 
+def test_threads_building_at_once_get_the_same_weights() -> None:
+    """Ranks that are threads of one process (runtime/thread_group.py) build their models at the same time."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(4) as pool:
+        models = list(pool.map(lambda _: build_gpt(TINY, 5), range(8)))
+    for model in models[1:]:
+        for a, b in zip(models[0].parameters(), model.parameters(), strict=True):
+            assert torch.equal(a, b)
+
+
 def test_corpus_and_batches_are_deterministic_and_rank_rows_cut_the_global_batch() -> None:
     corpus = make_corpus(3, 5000, 32)
     assert torch.equal(corpus, make_corpus(3, 5000, 32)) and not torch.equal(corpus, make_corpus(4, 5000, 32))

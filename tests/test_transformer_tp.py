@@ -190,3 +190,25 @@ def test_run_tp_on_the_cluster_gives_the_oracles_losses_and_traces_each_steps_by
     k = config.batch * SHAPE.seq_len * SHAPE.width
     activations = ups.bytes_sent - ups.bytes_replicated_grads
     assert (activations == 4 * SHAPE.layers * ring_bytes("allreduce", k, WORLD)).all()
+
+
+@pytest.mark.parametrize("sp", [False, True])
+def test_four_ranks_on_threads_equal_the_oracle_and_send_what_the_formulas_say(oracle, sp: bool) -> None:
+    """N_tp = 4 with chapter 05's ring between threads of this process (runtime/thread_group.py): no spawn."""
+    from dsgd_teach.runtime.thread_group import run_threads
+    from dsgd_teach.transformer.tensor_parallel import tp_rank
+
+    world = 4
+    config = TPConfig(shape=SHAPE, tp=world, sequence_parallel=sp, steps=STEPS)
+    run = run_threads(lambda comm, _: tp_rank(TensorGroup(comm, "ring"), config), [None] * world, timeout_s=60.0)
+    losses, grads = oracle
+    k = config.batch * SHAPE.seq_len * SHAPE.width
+    for step in range(STEPS):
+        shares = [run.results[r]["loss"][step] for r in range(world)]
+        assert (sum(shares) if sp else shares[0]) == pytest.approx(losses[step], abs=1e-5)
+        for r in range(world):
+            for name, want in grads[step].items():
+                torch.testing.assert_close(run.results[r]["grads"][step][name], shard_of(name, want, r, world),
+                                           atol=2e-6, rtol=0, msg=f"rank {r} step {step} {name}")
+            records = [rec for rec in run.results[r]["records"][step] if rec["op"] != "replicated grads"]
+            assert sum(rec["bytes_sent"] for rec in records) == 4 * SHAPE.layers * ring_bytes("allreduce", k, world)

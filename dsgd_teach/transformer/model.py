@@ -13,6 +13,7 @@ code runs on a rank's shard.
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -161,23 +162,31 @@ class GPT(nn.Module):
         return self.head(self.ln_f(x))
 
 
-def init_weights(module: nn.Module) -> None:
-    """GPT-2's initialisation: linear and embedding weights N(0, 0.02²), biases 0, layer norms (1, 0)."""
-    if isinstance(module, (nn.Linear, nn.Embedding)):
-        nn.init.normal_(module.weight, mean=0.0, std=0.02)
-    if isinstance(module, nn.Linear) and module.bias is not None:
-        nn.init.zeros_(module.bias)
+def init_weights(model: nn.Module, generator: torch.Generator) -> None:
+    """GPT-2's initialisation, drawn from `generator`: linear and embedding weights N(0, 0.02²), biases 0, layer
+    norms (1, 0)."""
+    for module in model.modules():
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02, generator=generator)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+        if isinstance(module, nn.LayerNorm):
+            module.reset_parameters()
+
+
+#: build_gpt's constructors draw (and discard) from torch's global RNG; one thread at a time forks it.
+_BUILD_LOCK = threading.Lock()
 
 
 def build_gpt(shape: GPTShape, seed: int) -> GPT:
-    """A fresh GPT; the same (shape, seed) gives the same weights in any process (torch's global RNG is untouched)."""
+    """A fresh GPT; the same (shape, seed) gives the same weights in any process or thread (the weights come from a
+    generator of its own, and torch's global RNG is left as it was)."""
     if not isinstance(shape, GPTShape):
         raise ValueError(f"shape must be a GPTShape, got {type(shape).__name__}")
     check_seed(seed)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with _BUILD_LOCK, torch.random.fork_rng(devices=[]):
         model = GPT(shape)
-        model.apply(init_weights)
+    init_weights(model, torch.Generator().manual_seed(seed))
     return model
 
 
