@@ -56,6 +56,11 @@ def test_all_to_all_delivers_each_block_to_its_rank_in_source_order() -> None:
         assert sent == all_to_all_bytes(SPLITS[rank], rank, row_bytes=4 * 4)
         wanted = {j for j in range(WORLD) if j != rank and SPLITS[rank][j]}  # an empty block is not sent
         assert {m["dst"] for m in log if m["direction"] == "send"} == wanted
+    # the pairwise schedule: whatever a rank receives in a step, its sender sends in that same step (so no rank
+    # ever waits on one that is still busy with a third: no deadlock even where a send waits for its receive)
+    sends = {(m["src"], m["dst"], m["step"]) for log in run.logs for m in log if m["direction"] == "send"}
+    recvs = {(m["src"], m["dst"], m["step"]) for log in run.logs for m in log if m["direction"] == "recv"}
+    assert sends == recvs
 
 
 def test_counts_travel_by_all_to_all_and_gradients_take_the_reverse_exchange() -> None:

@@ -70,12 +70,13 @@ def test_capacity_and_drops_by_hand() -> None:
     assert r.keep[:, 0].tolist() == [True, True, False, False, False, True]  # the first two in line get the slots
     assert r.stats(3) == {"tokens_per_expert": [5, 0, 1], "kept_per_expert": [2, 0, 1], "dropped": 3,
                           "dropped_tokens": 3, "capacity": 2}
-    # top-2: every token's first choice queues before any second choice
-    logits = torch.tensor([[3.0, 2.0, 0], [2.0, 3.0, 0], [3.0, 2.0, 0]])
-    r = route(logits, top_k=2, capacity_factor=1.0)  # capacity ceil(3·2/3) = 2
-    # expert 0 queues tokens 0, 2 (first choices), then token 1 (second); expert 1 token 1, then tokens 0, 2
-    assert r.slot.tolist() == [[0, 1], [0, 2], [1, 2]]
-    assert r.keep.tolist() == [[True, True], [True, False], [True, False]]
+    # top-2, C = 0.75: capacity ceil(0.75 · 4 · 2 / 3) = 2. Every token's first choice queues before any second
+    # choice, so token 2's first choice (expert 1) gets a slot and token 0's second choice of expert 1 does not
+    logits = torch.tensor([[3.0, 2.0, 0], [0, 3.0, 2.0], [2.0, 3.0, 0], [3.0, 0, 2.0]])
+    r = route(logits, top_k=2, capacity_factor=0.75)
+    assert r.expert.tolist() == [[0, 1], [1, 2], [1, 0], [0, 2]] and r.capacity == 2
+    assert r.slot.tolist() == [[0, 2], [0, 0], [1, 2], [1, 1]]
+    assert r.keep.tolist() == [[True, False], [True, True], [True, False], [True, True]]
     assert expert_capacity(10, 4, 2, 1.25) == 7  # ceil(1.25 · 10 · 2 / 4) = ceil(6.25)
 
 

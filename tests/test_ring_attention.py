@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from dsgd_teach.runtime.thread_group import RankFailed, run_threads
-from dsgd_teach.transformer.model import causal_attention
+from dsgd_teach.transformer.model import GPTShape, build_gpt, causal_attention, lm_loss
 from dsgd_teach.transformer.ring_attention import (
+    attend_by_ring,
     block_attention,
     chunk_ids,
     imbalance,
@@ -113,6 +114,30 @@ def test_shards_hold_mirrored_chunks_and_their_positions() -> None:
     assert positions(0, 2, 8, balanced=True).tolist() == [0, 1, 6, 7]
     x = torch.arange(16.0).view(1, 1, 16, 1)
     assert torch.equal(unshard_sequence([shard_sequence(x, r, 4, True) for r in range(4)], True), x)
+
+
+@pytest.mark.parametrize("balanced", [False, True])
+def test_a_gpt_split_by_context_parallelism_gives_the_single_process_loss_and_gradients(balanced: bool) -> None:
+    shape, world = GPTShape(vocab=16, seq_len=16, width=16, heads=2, layers=2), 2
+    tokens = torch.randint(0, 16, (2, 17), generator=torch.Generator().manual_seed(0))
+    inputs, targets = tokens[:, :-1], tokens[:, 1:]
+    oracle = build_gpt(shape, seed=3).double()
+    loss = lm_loss(oracle(inputs), targets)
+    loss.backward()
+
+    def rank(comm, model):  # every rank holds the whole model and its piece of every sequence
+        r = comm.rank
+        mine = [shard_sequence(t, r, world, balanced, dim=1) for t in (inputs, targets)]
+        logits = model(mine[0], attend=attend_by_ring(comm, balanced), positions=positions(r, world, 16, balanced))
+        piece = lm_loss(logits, mine[1])
+        (piece / world).backward()  # the pieces are equal, so the mean of their means is the whole mean
+        return piece.detach(), {n: p.grad for n, p in model.named_parameters()}
+
+    models = [build_gpt(shape, seed=3).double() for _ in range(world)]  # built here: torch's RNG is per process
+    results = run_threads(rank, models, timeout_s=30.0).results
+    torch.testing.assert_close(sum(r[0] for r in results) / world, loss.detach())
+    for name, p in oracle.named_parameters():  # summed over the context ranks, as their allreduce would
+        torch.testing.assert_close(sum(r[1][name] for r in results), p.grad, msg=f"gradient of {name}")
 
 
 def test_bad_inputs_raise_value_errors_naming_the_problem() -> None:

@@ -27,6 +27,7 @@ BENCH_MODULES = (
     "dsgd_teach.bench.ps",
     "dsgd_teach.bench.syncasync",
     "dsgd_teach.bench.collectives",
+    "dsgd_teach.bench.all_to_all",
     "dsgd_teach.bench.shaped_hosts",
     "dsgd_teach.bench.averaging",
     "dsgd_teach.bench.threads",

@@ -4,7 +4,9 @@ Ring attention (Liu, Zaharia & Abbeel 2023, "Ring Attention with Blockwise Trans
 section 3): rank r holds its tokens' q, k and v. In step i = 0, ..., N_cp - 1 it attends with its q to the key/value
 block that started on rank r - i, then passes that block to rank r + 1 and takes the next from rank r - 1 (the ring
 of chapter 05, over the course's Comm). After N_cp steps every query has met every key, and no rank ever held more
-than its own piece and one visiting block.
+than its own piece and one visiting block. Here a rank computes, then passes the block on (Comm.exchange waits for
+its messages); Liu et al. overlap the two, which hides the ring's time whenever a block's compute takes longer than
+its transfer.
 
 Merging the blocks: attention over keys split in blocks is exact if each block's result carries its log-sum-exp
 l = log sum_j exp(s_j); two partial results (o_1, l_1), (o_2, l_2) over disjoint keys merge to
@@ -26,11 +28,13 @@ tokens instead) gives every rank 2 N_cp + 1 of the smaller blocks (`work_per_ran
 from __future__ import annotations
 
 import math
+import time
 from typing import Any
 
 import torch
 
 from ..runtime.comm import Comm
+from .model import Attend
 
 
 def chunk_ids(rank: int, world: int, balanced: bool) -> tuple[int, ...]:
@@ -153,16 +157,20 @@ class RingAttention(torch.autograd.Function):
         out = [torch.zeros_like(part) for part in qs]
         lse = [torch.full(part.shape[:-1], float("-inf"), dtype=q.dtype, device=q.device) for part in qs]
         kv = torch.stack([k, v]).contiguous()
+        computing = 0.0
         for step in range(comm.world):
+            started = time.perf_counter()
             ks, vs = kv[0].split(c, dim=-2), kv[1].split(c, dim=-2)
             for _, qi, kj, diagonal in (p for p in pairs if p[0] == step):
                 o_b, l_b = block_attention(qs[qi], ks[kj], vs[kj], bool(diagonal))
                 out[qi], lse[qi] = merge(out[qi], lse[qi], o_b, l_b)
+            computing += time.perf_counter() - started
             if step < comm.world - 1:
                 kv = pass_round(comm, kv, step, "ring-attention kv")
         if work is not None:
             work["blocks"] = work.get("blocks", 0) + len(pairs)
             work["scores"] = work.get("scores", 0) + len(pairs) * c * c
+            work["compute_s"] = work.get("compute_s", 0.0) + computing
         o = torch.cat(out, dim=-2)
         ctx.save_for_backward(q, k, v, o, torch.cat(lse, dim=-1))
         ctx.comm, ctx.balanced, ctx.pairs, ctx.c = comm, balanced, pairs, c
@@ -196,12 +204,17 @@ class RingAttention(torch.autograd.Function):
         return dq, block[2], block[3], None, None, None
 
 
+def attend_by_ring(comm: Comm, balanced: bool = True, work: dict[str, Any] | None = None) -> Attend:
+    """The `attend` a context-parallel rank hands to model.Attention: ring attention over comm."""
+    return lambda q, k, v: ring_attention(comm, q, k, v, balanced, work)
+
+
 def ring_attention(comm: Comm, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, balanced: bool = True,
                    work: dict[str, int] | None = None) -> torch.Tensor:
     """Causal attention for this rank's piece of the sequence ([B, a, s/N_cp, h/a] each), by ring over comm.
 
     The pieces are shard_sequence's (two mirrored chunks each when balanced); `work`, if given, counts the blocks
-    and scores computed in the forward.
+    and scores computed in the forward and the seconds spent computing them (not waiting for the ring).
     """
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor) or t.dim() != 4 or not t.is_floating_point():
