@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 # pytest-xdist workers for `make test` (each runs whole test files; the slow files go first, see tests/conftest.py)
 JOBS   ?= 2
 
-.PHONY: install lab test compat lint course bench assignments browser-deps sandbox-deps clean
+.PHONY: install lab test compat lint course book bench assignments browser-deps sandbox-deps clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -41,6 +41,12 @@ compat: $(STAMP)
 
 course: $(STAMP)
 	$(PY) -m dsgd_teach.course_runner --out build/course
+
+# The course as a website in build/book/html (Sphinx, MyST-NB and the book theme, all installed by pip; nothing is
+# fetched while it builds) from the chapters `make course` executed into build/course: a chapter missing there, or
+# older than its notebook, is executed first. BINDER_REPO=owner/name adds a Binder launch link to every chapter.
+book: $(STAMP)
+	$(PY) -m dsgd_teach.book --executed build/course --out build/book $(if $(BINDER_REPO),--binder-repo $(BINDER_REPO))
 
 bench: $(STAMP)
 	$(VENV)/bin/dsgd-teach bench --out build/bench

@@ -122,9 +122,16 @@ SLOW_MODULES = ("test_browser.py", "test_nbgrader_route.py", "test_grading_batch
                 "test_lab_workspace.py")
 
 
+# Last: the book test builds the book from the chapters test_memory.py executed in this run (it executes those
+# missing itself), so it goes after everything else.
+LAST_MODULES = ("test_book.py",)
+
+
 def slow_first(items: list[pytest.Item]) -> None:
-    """Reorder items in place: SLOW_MODULES first in their listed order, then the rest as collected."""
+    """Reorder items in place: SLOW_MODULES first in their listed order, then the rest as collected, LAST_MODULES
+    at the end."""
     rank = {name: i for i, name in enumerate(SLOW_MODULES)}
+    rank.update({name: len(SLOW_MODULES) + 1 for name in LAST_MODULES})
     items.sort(key=lambda item: rank.get(item.path.name, len(SLOW_MODULES)))
 
 
