@@ -253,3 +253,19 @@ def test_chapter_07s_decoupled_bubble_and_gpipe_speedup_are_the_schedules():
         assert formulas.bubble_decoupled(p, m, ratio) == pytest.approx((step - m * (t_f + t_b)) / step)
         assert formulas.gpipe_over_naive_speedup(p, m) == pytest.approx(p * m * (t_f + t_b) / ((m + p - 1) * (t_f + t_b)))
     assert formulas.gpipe_over_naive_speedup(2, 8) == pytest.approx(16 / 9) and round(16 / 9, 2) == 1.78
+
+
+def test_solutions_11_backups_numbers_are_the_order_statistics():
+    """Solutions 11, exercise 1: μ H_100 = 5.19 μ against μ (H_104 - H_4) = 3.14 μ, '4 backups cut the expected step
+    by 40 %', and ln N + γ = 5.18: formulas' expected maxima and order statistics, not hand arithmetic."""
+    import math
+
+    solution = " ".join(_plain("course/solutions/11_at_scale_solutions.md").split())
+    slowest = float(re.search(r"\\mu H_\{100\} = ([\d.]+)\\,\\mu", solution).group(1))
+    kth = float(re.search(r"\\mu\\,\(H_\{104\} - H_4\) = ([\d.]+)\\,\\mu", solution).group(1))
+    cut = int(re.search(r"4 backups cut the expected step by (\d+) %", solution).group(1))
+    approx = float(re.search(r"\\ln N \+ \\gamma\$ \(([\d.]+)\)", solution).group(1))
+    assert formulas.expected_max_exponential(100) == pytest.approx(slowest, abs=0.005)
+    assert formulas.expected_kth_of_exponential(100, 104) == pytest.approx(kth, abs=0.005)
+    assert 1 - kth / slowest == pytest.approx(cut / 100, abs=0.01)
+    assert math.log(100) + 0.5772156649 == pytest.approx(approx, abs=0.005)
