@@ -142,6 +142,10 @@ def test_honest_alternatives_are_correct():
 def report(tmp_path_factory):
     root = tmp_path_factory.mktemp("similarity")
     _write_class(root / "subs")
+    (root / "subs" / "mallory").mkdir()  # hostile input: a parse bomb's little sister and a link to the sources
+    (root / "subs" / "mallory" / "ps01_sgd.ipynb").write_text('{"cells": ' + "[" * 500 + "]" * 500 + "}")
+    (root / "subs" / "eve").mkdir()
+    (root / "subs" / "eve" / "ps01_sgd.ipynb").symlink_to(PS01)
     assert similarity.main([str(root / "subs"), "--source", str(SOURCE), "--out", str(root / "out"),
                             "--top", "100"]) == 0
     with open(root / "out" / similarity.CSV_FILE, newline="") as f:
@@ -160,6 +164,13 @@ def test_copies_rank_above_every_independent_pair(report, question):
     best_honest = max(float(r["similarity"]) for r in ranked[2:])
     assert worst_copy > best_honest
     assert worst_copy >= 0.9
+
+
+def test_unreadable_and_linked_notebooks_are_listed_not_compared(report):
+    rows, page = report
+    assert not {"mallory", "eve"} & ({r["student_a"] for r in rows} | {r["student_b"] for r in rows})
+    assert "mallory (ps01_sgd): not compared" in page and "nested more than 100 levels" in page
+    assert "eve: not compared" in page and "symlink" in page
 
 
 def test_released_template_is_excluded(tmp_path):

@@ -116,20 +116,21 @@ def similarity_report(submissions_dir: Path, source_dir: Path, *, assignment: st
     if assignment is not None and assignment not in sources:
         raise ValueError(f"unknown assignment {assignment!r}; known: {', '.join(sources)}")
     assignments = {name: load_assignment(path) for name, path in sources.items()}
-    subs = [s for s in find_submissions(submissions_dir, assignments, assignment)
-            if s.path is not None and s.assignment in assignments]
+    found = find_submissions(submissions_dir, assignments, assignment)
+    notes = [f"{clean(s.student, 200)}: not compared, {clean(s.note, 300)}" for s in found if s.note]
+    subs = [s for s in found if s.path is not None and s.assignment in assignments]
     templates = {name: solution_templates(a) for name, a in assignments.items()}
-    notes: list[str] = []
 
-    def read(sub: Any) -> dict[str, str]:
+    def read(sub: Any) -> dict[str, str] | None:
         try:
             return solution_sources(read_notebook(sub.path), set(templates[sub.assignment]))
         except Exception as exc:  # noqa: BLE001 - an unreadable notebook is left out with the reason
             notes.append(f"{clean(sub.student, 200)} ({sub.assignment}): not compared, {clean(exc, 200)}")
-            return {}
+            return None
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        cells = dict(zip([(s.assignment, s.student) for s in subs], pool.map(read, subs), strict=True))
+        read_all = zip([(s.assignment, s.student) for s in subs], pool.map(read, subs), strict=True)
+        cells = {key: got for key, got in read_all if got is not None}
     pairs: list[Pair] = []
     for name in sorted({s.assignment for s in subs}):
         for gid, boilerplate in templates[name].items():
