@@ -69,10 +69,17 @@ def test_same_seed_same_weights_in_another_process_and_torch_rng_untouched() -> 
 
 def test_threads_building_at_once_get_the_same_weights() -> None:
     """Ranks that are threads of one process (runtime/thread_group.py) build their models at the same time."""
+    import threading
     from concurrent.futures import ThreadPoolExecutor
 
+    start = threading.Barrier(4)
+
+    def build(_: int) -> torch.nn.Module:
+        start.wait(timeout=60)
+        return build_gpt(SMOKE_SHAPE, 5)
+
     with ThreadPoolExecutor(4) as pool:
-        models = list(pool.map(lambda _: build_gpt(TINY, 5), range(8)))
+        models = list(pool.map(build, range(4)))
     for model in models[1:]:
         for a, b in zip(models[0].parameters(), model.parameters(), strict=True):
             assert torch.equal(a, b)
