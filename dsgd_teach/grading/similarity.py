@@ -22,7 +22,7 @@ import io
 import itertools
 import re
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -51,12 +51,18 @@ class Pair:
     share_a: float
     share_b: float
     overlap: int
-    marked_a: str  # the cell as escaped HTML, copied regions in <mark>
-    marked_b: str
+    code_a: str = field(repr=False)
+    code_b: str = field(repr=False)
+    slices_a: Any = field(repr=False)  # copydetect's [starts, ends] of the shared regions in code_a
+    slices_b: Any = field(repr=False)
 
     @property
     def similarity(self) -> float:
         return max(self.share_a, self.share_b)
+
+    def marked(self) -> tuple[str, str]:
+        """Both cells as escaped HTML with the shared regions in <mark> (made only for the pairs shown)."""
+        return _marked(self.code_a, self.slices_a), _marked(self.code_b, self.slices_b)
 
 
 def template(source: str) -> str:
@@ -105,7 +111,7 @@ def compare_question(assignment: str, question: str, boilerplate_code: str, cell
     for a, b in itertools.combinations(sorted(prints), 2):
         overlap, (share_a, share_b), (slices_a, slices_b) = compare_files(prints[a], prints[b])
         pairs.append(Pair(assignment, question, a, b, float(share_a), float(share_b), int(overlap),
-                          _marked(cells[a], slices_a), _marked(cells[b], slices_b)))
+                          cells[a], cells[b], slices_a, slices_b))
     return sorted(pairs, key=lambda p: (-p.similarity, -p.overlap, p.student_a, p.student_b))
 
 
@@ -175,9 +181,10 @@ def report_html(pairs: list[Pair], notes: list[str], top: int) -> str:
         parts.append(f"<h2>{esc(clean(name, 200))}: {esc(clean(gid, 200))}</h2>")
         for rank, p in enumerate(itertools.islice(group, top), start=1):
             a, b = esc(clean(p.student_a, 200)), esc(clean(p.student_b, 200))
+            marked_a, marked_b = p.marked()
             parts.append(f"<h3>{rank}. {a} and {b}: {p.similarity:.0%}</h3><div class='pair'>"
-                         f"<div><b>{a}</b> ({p.share_a:.0%} of it found in the other)<pre>{p.marked_a}</pre></div>"
-                         f"<div><b>{b}</b> ({p.share_b:.0%})<pre>{p.marked_b}</pre></div></div>")
+                         f"<div><b>{a}</b> ({p.share_a:.0%} of it found in the other)<pre>{marked_a}</pre></div>"
+                         f"<div><b>{b}</b> ({p.share_b:.0%})<pre>{marked_b}</pre></div></div>")
     parts.append("</body></html>")
     return "".join(parts)
 
