@@ -66,14 +66,14 @@ def _measure(client: Any, world: int, rounds: int) -> dict[str, float]:
             "torch_ms": statistics.median(t for _, t in pairs) * 1e3}
 
 
-def measure(rounds: int = 30) -> dict[str, float | str]:
+def measure(rounds: int = 60) -> dict[str, float | str]:
     """2 ranks (quoted) and 4 ranks (information), ours against all_to_all_single in the same group."""
     figures: dict[str, float | str] = {"backend": "gloo", "row_features": float(WIDTH),
                                        "mib_per_rank": float(MIB_PER_RANK)}
     with with_client(2) as client:
         two = _measure(client, 2, rounds)
         client.resize(4)
-        four = _measure(client, 4, max(10, rounds // 2))
+        four = _measure(client, 4, max(10, rounds // 3))
     for world, got in ((2, two), (4, four)):
         figures[f"all_to_all_ours_{world}ranks_ms"] = round(got["ours_ms"], 3)
         figures[f"all_to_all_torch_{world}ranks_ms"] = round(got["torch_ms"], 3)
