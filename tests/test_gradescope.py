@@ -108,7 +108,8 @@ def autograder(site: Path, name: str, zip_args: list[str]) -> Path:
         (root / sub).mkdir(parents=True)
     os.chmod(root, 0o755)
     out = subprocess.run([sys.executable, "-m", "dsgd_teach.cli", "gradescope", "ps01_sgd", "--out",
-                          str(site / f"{name}.zip"), *zip_args], capture_output=True, text=True, timeout=300)
+                          str(site / f"{name}.zip"), "--source", str(SOURCE.parent.parent), *zip_args],
+                         capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     with zipfile.ZipFile(site / f"{name}.zip") as zf:
         assert {"setup.sh", "run_autograder", "requirements.txt"} <= set(zf.namelist())
