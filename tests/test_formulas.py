@@ -269,3 +269,4 @@ def test_solutions_11_backups_numbers_are_the_order_statistics():
     assert formulas.expected_kth_of_exponential(100, 104) == pytest.approx(kth, abs=0.005)
     assert 1 - kth / slowest == pytest.approx(cut / 100, abs=0.01)
     assert math.log(100) + 0.5772156649 == pytest.approx(approx, abs=0.005)
+    assert "X_{(k)}" not in solution and "T_{(k)}" in solution, "X is NOTATION.md's Megatron input; T_i a time"
