@@ -6,7 +6,9 @@ blocks of its pipeline stage, with each block's heads and MLP columns cut over t
 (Lepikhin et al. 2021). A step is a GPipe step (Huang et al. 2019) on the pipeline axis: every microbatch forward,
 activations sent to the next stage, then every microbatch backward, gradients sent back. Then the gradients are
 summed over the context axis and over the data axis (the experts' only over the ranks holding the same experts),
-each by chapter 05's ring on that axis's group, and every rank takes the same SGD step.
+each by chapter 05's ring on that axis's group, and every rank takes the same SGD step. A block whose MLP is a
+mixture of experts keeps its experts whole on every tensor rank (its attention is split): the tensor axis then
+carries attention's two allreduces per layer and direction, and the expert axis the all-to-alls.
 
 The oracle is `build_gpt(shape, seed)` in one process on the same global batches (`oracle_run`): the loss of every
 step and every rank's slice of the parameters after training are the same within fp32 rounding.

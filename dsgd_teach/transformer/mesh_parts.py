@@ -45,8 +45,8 @@ class StagePart(nn.Module):
 
     def routing_stats(self) -> list[tuple[int, dict[str, Any]]]:
         """(block, its mixture of experts' routing in the last forward) for each expert layer of this stage."""
-        return [(self.block_ids[i], dict(b.mlp.stats)) for i, b in enumerate(self.blocks)
-                if isinstance(getattr(b.mlp, "stats", None), dict) and b.mlp.stats]
+        return [(self.block_ids[i], {("forward_bytes" if k == "bytes_sent" else k): v for k, v in b.mlp.stats.items()})
+                for i, b in enumerate(self.blocks) if isinstance(getattr(b.mlp, "stats", None), dict) and b.mlp.stats]
 
     def boundary_shape(self, rows: int) -> tuple[int, int, int]:
         """The shape of the activations this stage receives for a microbatch of `rows` sequences."""
