@@ -119,15 +119,22 @@ def main(argv: list[str] | None = None) -> int:
     if args.smoke:
         os.environ["DSGD_SMOKE"] = "1"
     t0 = time.perf_counter()
+    failed = []
     for path in stale_chapters(args.executed):
         print(f"executing {path.name} (no fresh copy in {args.executed}/)", flush=True)
-        execute(path, args.executed, html=False, snapshots=True)
+        try:
+            execute(path, args.executed, html=False, snapshots=True)
+        except Exception as exc:  # the executed copy, with its error, is written: build the book, then fail
+            failed.append(path.name)
+            print(f"FAILED {path.name}: {type(exc).__name__}: {str(exc)[-1000:]}", file=sys.stderr)
     t1 = time.perf_counter()
     index = build(args.executed, args.out, args.binder_repo)
     print(f"book built in {time.perf_counter() - t1:.1f} s (chapters executed: {t1 - t0:.1f} s): {index}")
     problems = broken_links(index.parent)
     print("\n".join([*problems, f"link check: {len(problems)} broken internal link(s)"]))
-    return 1 if problems else 0
+    if failed:
+        print(f"{len(failed)} chapter(s) failed while executing: {', '.join(failed)}", file=sys.stderr)
+    return 1 if problems or failed else 0
 
 
 if __name__ == "__main__":

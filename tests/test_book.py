@@ -37,7 +37,9 @@ def book(tmp_path_factory) -> dict:
     executed = executed_dir()
     t0 = time.perf_counter()
     for path in stale_chapters(executed):  # not executed yet in this test run
-        execute(path, executed, timeout_s=300, html=False, snapshots=True)
+        # A chapter that fails is reported by the chapter tests; its executed copy, errors and all, is still written.
+        with contextlib.suppress(Exception):
+            execute(path, executed, timeout_s=300, html=False, snapshots=True)
     t1 = time.perf_counter()
     out = tmp_path_factory.mktemp("book")
     build(executed, out, BINDER_REPO)
@@ -207,17 +209,13 @@ PANEL_NOTEBOOK = [
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("snapshots", [True, False])
-def test_a_panel_leaves_a_static_figure_of_its_run_when_executed(tmp_path, snapshots):
+def test_a_panel_leaves_a_static_figure_of_its_run_when_executed(tmp_path):
     source = tmp_path / "panel.ipynb"
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in PANEL_NOTEBOOK]), source)
-    execute(source, tmp_path / "out", timeout_s=240, html=False, snapshots=snapshots)
+    execute(source, tmp_path / "out", timeout_s=240, html=False, snapshots=True)
     outputs = nbformat.read(tmp_path / "out" / source.name, as_version=4).cells[1].outputs
     kinds = [sorted(o.get("data", {})) for o in outputs]
     assert "application/vnd.jupyter.widget-view+json" in kinds[0], kinds
-    if not snapshots:
-        assert len(outputs) == 1, kinds
-        return
-    assert "image/png" in kinds[1], kinds
+    assert len(outputs) == 3 and "image/png" in kinds[1], kinds
     caption = outputs[2].data["text/html"]
     assert "dsgd-panel-snapshot" in caption and "Done in" in caption and "final_train_loss" in caption, caption
