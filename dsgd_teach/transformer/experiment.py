@@ -23,7 +23,7 @@ from ..config import check_bool, sized
 from ..machine import cpu_count
 from ..trace import OnUpdate, Result
 from .calibration import Calibration, fit_compute, predict_step
-from .composed import ComposedConfig, run_composed
+from .composed import ComposedConfig, compare_with_oracle, run_composed
 from .mesh import AXES
 from .model import GPTShape
 from .predict import Plan, axis_bytes, flops_per_step, memory_per_rank
@@ -158,6 +158,12 @@ def run(config: TransformerConfig, client: Client, on_update: OnUpdate | None = 
         print(table.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     return Result(config, result.trace, summary, None, result.stopped,
                   TransformerExtras(cal, predicted, table, result.extras or []))
+
+
+def oracle_gap(result: Result) -> dict[str, float]:
+    """The largest differences of a run from the single-process model: in any step's loss and any rank's slice."""
+    ranks = result.extras.ranks if isinstance(result.extras, TransformerExtras) else result.extras
+    return compare_with_oracle(Result(result.config, result.trace, extras=ranks), result.config)
 
 
 def describe_prediction(config: TransformerConfig, predicted: dict[str, Any]) -> str:
