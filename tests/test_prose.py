@@ -449,3 +449,20 @@ def test_distbelief_citation_names_both_sections():
     body = text(chapter("06"))
     assert "(2012, section 3) already combined" not in body
     assert "(their section 3)" in body and "across machines (section 4)" in body
+
+
+#: Letters a solution may write outside NOTATION.md's rows for its chapter: solutions 02 quotes Recht et al.'s
+#: step-decay factor beta (saying it is not NOTATION's) and names n_nz, n_features.
+_SOLUTION_QUOTES = {"02": {"\\beta", "n"}}
+
+
+@pytest.mark.parametrize("number", ["00", "01", "02", "03", "04", "05", "06", "07", "08", "09", "11"])
+def test_solutions_use_the_notation_of_their_chapter(number):
+    """The worked solutions follow NOTATION.md as the chapters do (X_(k) for an order statistic, f for the loss,
+    u for a unit once slipped in): every symbol a solution writes has a row that names its chapter."""
+    path = next(p for p in (COURSE / "solutions").glob(f"{number}_*_solutions.md"))
+    rows, listed = notation_chapters(), set(notation_chapters())
+    symbols = {s for span in _math_spans(_read(str(path.relative_to(ROOT)))) for s in _span_symbols(span, listed)}
+    unlisted = sorted(s for s in symbols - _SOLUTION_QUOTES.get(number, set())
+                      if number not in rows.get(_norm_symbol(s), set()))
+    assert not unlisted, f"{path.name} writes {unlisted}, which NOTATION.md does not list for chapter {number}"
