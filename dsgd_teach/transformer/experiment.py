@@ -1,7 +1,7 @@
 """Chapter 10's experiment: predict a layout's step, then train it on the cluster and set the two side by side.
 
-`run(config, client)` calibrates on the cluster once per (cluster, model shape, threads) (calibration.py: the
-model's own step timed at two batch sizes on a worker, the cores, chapter 05's ping-pong for α and β), prints the
+`run(config, client)` calibrates on the cluster once per (cluster, model shape, threads) (the course's own training
+step timed on one rank at two batch sizes, the cores, chapter 05's ping-pong for α and β), prints the
 prediction (step time, bytes each rank sends on each axis, memory each rank holds) before training, trains the
 layout with `composed.run_composed` (every rank's loss, step time, bytes per axis and memory in the trace), and
 prints and returns predicted against measured.
@@ -22,7 +22,7 @@ from ..collectives.session import Plan as SessionPlan
 from ..config import check_bool, sized
 from ..machine import cpu_count
 from ..trace import OnUpdate, Result
-from .calibration import Calibration, fit_compute, predict_step
+from .calibration import Calibration, predict_step
 from .composed import ComposedConfig, compare_with_oracle, run_composed
 from .mesh import AXES
 from .model import GPTShape
@@ -90,21 +90,28 @@ def calibrate(client: Client, shape: GPTShape, threads: int = 1, timeout_s: floa
     """This cluster's Calibration for `shape` (measured once, then remembered until refresh=True)."""
     key = (client.scheduler.address if client.scheduler else id(client), shape, threads)
     if refresh or key not in _CALIBRATIONS:
-        rate, overhead = client.submit(_fit_on_worker, shape, threads, pure=False).result(timeout=10 * timeout_s)
+        rate, overhead = fit_one_rank(client, shape, threads, timeout_s)
         cores = client.submit(cpu_count, pure=False).result(timeout=timeout_s)
         _CALIBRATIONS[key] = Calibration(rate, overhead, int(cores), measure_link(client, timeout_s))
     return _CALIBRATIONS[key]
 
 
-def _fit_on_worker(shape: GPTShape, threads: int) -> tuple[float, float]:
-    import torch
-
-    before = torch.get_num_threads()
-    try:
-        torch.set_num_threads(threads)
-        return fit_compute(shape)
-    finally:
-        torch.set_num_threads(before)
+def fit_one_rank(client: Client, shape: GPTShape, threads: int = 1, timeout_s: float = 60.0,
+                 batches: tuple[int, ...] = (2, 8)) -> tuple[float, float]:
+    """(FLOP/s, seconds per layer and microbatch) of one rank running the course's own training step (the composed
+    loop on a layout of one rank) at two batch sizes: t = L·overhead + FLOPs / rate, fitted to the median steps."""
+    flops, seconds = [], []
+    for batch in batches:
+        config = ComposedConfig(shape=shape, batch=batch, microbatches=1, steps=4, threads=threads,
+                                timeout_s=timeout_s)
+        ups = run_composed(config, client).trace
+        ups = ups[(ups.event == "update") & (ups.step > 0)]
+        flops.append(flops_per_step(shape, batch))
+        seconds.append(float(ups.step_s.median()))
+    slope, intercept = np.polyfit(np.array(flops), np.array(seconds), 1)
+    if slope <= 0:  # noise hid the FLOPs' share: all of it is rate
+        return float(flops[-1] / seconds[-1]), 0.0
+    return float(1.0 / slope), float(max(intercept, 0.0) / shape.layers)
 
 
 def prediction(config: TransformerConfig, cal: Calibration | None) -> dict[str, Any]:
