@@ -113,7 +113,13 @@ def stage_chapter(executed: Path, out_dir: Path, chapters: dict[str, str], binde
         if cell.cell_type == "markdown":
             cell.source = link_prose(cell.source, number, chapters)
         for output in cell.get("outputs", []):
-            if WIDGET_VIEW in output.get("data", {}):
+            data = output.get("data", {})
+            if WIDGET_VIEW not in data:
+                continue
+            images = {k: v for k, v in data.items() if k.startswith("image/")}
+            if images:  # an ipympl figure carries a PNG of itself: show that
+                output["data"] = {**images, "text/plain": data.get("text/plain", "")}
+            else:
                 output["data"] = {"text/markdown": "*(A live widget panel: it runs in the notebook. Its static "
                                                    "figure follows.)*"}
     nb.cells.insert(1, nbformat.v4.new_markdown_cell(_banner(nb, executed.name, binder_repo)))

@@ -11,6 +11,7 @@ import contextlib
 import functools
 import re
 import shutil
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -52,10 +53,17 @@ class _Quiet(SimpleHTTPRequestHandler):
         pass
 
 
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request, client_address) -> None:  # noqa: ANN001 - socketserver's signature
+        """A browser that drops a connection it no longer needs is not an error; anything else is printed."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 @contextlib.contextmanager
 def serve(root: Path) -> Iterator[str]:
     """The folder over HTTP on 127.0.0.1 (a port the OS picks), as a web host would serve the book."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(root)))
+    server = _Server(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(root)))
     thread = threading.Thread(target=server.serve_forever, name="book-http", daemon=True)
     thread.start()
     try:
@@ -111,8 +119,9 @@ def chapter_problems(context, base: str, executed: Path, page: str) -> list[str]
     state, problems = open_page(context, base, page)
     figures, snapshots = expected_outputs(executed, page)
     nb = nbformat.read(executed / page.replace(".html", ".ipynb"), as_version=4)
-    widgets = sum(1 for c in nb.cells for o in c.get("outputs", [])
-                  if "application/vnd.jupyter.widget-view+json" in o.get("data", {}))
+    widgets = sum(1 for c in nb.cells for o in c.get("outputs", [])  # panels: widgets without a PNG of their own
+                  if "application/vnd.jupyter.widget-view+json" in o.get("data", {})
+                  and not any(k.startswith("image/") for k in o.get("data", {})))
     broken = [src for src, ok in state["images"] if not ok]
     problems += [f"broken image {src}" for src in broken]
     if len(state["images"]) < figures:
