@@ -2,11 +2,11 @@
 
 Every count is a formula of the model's shape (V, s, h, a, L, E, top-k: course/NOTATION.md) and the layout's mesh
 sizes (N_dp, N_tp, p, N_cp, N_ep), stated once here; the chapter, the ranking widget and the tests call it.
-* FLOPs: 6 Ψ per token for the weight matmuls (Kaplan et al. 2020, section 2.1, eq. 2.1 and Table 1; Hoffmann et
-  al. 2022, Appendix F: backward costs twice forward), plus the attention scores and their weighted sum, 4 s h per
-  token and layer forward, 12 L s h forward and backward (Hoffmann et al. 2022, Appendix F; "How to Scale Your
-  Model", Part 4, "All the Transformer Math You Need to Know"). With recomputation it is Narayanan et al. 2021's
-  eq. 3, 96 B s L h² (1 + s/(6h) + V/(16 L h)).
+* FLOPs: 6 Ψ per token for the weight matmuls (Kaplan et al. 2020, section 2.1: eq. 2.1 counts the weights, eq.
+  2.2 a token's forward FLOPs, Table 1 both; Hoffmann et al. 2022, Appendix F: backward costs twice forward), plus
+  the attention scores and their weighted sum, 4 s h per token and layer forward, 12 L s h forward and backward
+  (Hoffmann et al. 2022, Appendix F; "How to Scale Your Model", Part 4, "All the Transformer Math You Need to Know").
+  With recomputation it is Narayanan et al. 2021's eq. 3, 96 B s L h² (1 + s/(6h) + V/(16 L h)).
 * Memory traffic: the bytes every matmul reads and writes, the denominator of the roofline's arithmetic intensity
   ("How to Scale Your Model", Part 1, "All About Rooflines").
 * Bytes per axis: ring allreduce 2(N-1)/N of the gradient on the data axis (chapter 05); Megatron's four
@@ -132,7 +132,7 @@ def flops_per_token(shape: GPTShape, recompute: bool = False) -> float:
 
 
 def flops_per_step(shape: GPTShape, batch: int, recompute: bool = False) -> float:
-    """FLOPs of one step on B sequences of s tokens: flops_per_token · B s (6 Ψ D, Kaplan et al. 2020, eq. 2.1)."""
+    """FLOPs of one step on B sequences of s tokens: flops_per_token · B s (6 Ψ per token, forward and backward, Kaplan et al. 2020, section 2.1 after eq. 2.2)."""
     return flops_per_token(shape, recompute) * batch * shape.seq_len
 
 
