@@ -39,11 +39,14 @@ CITATIONS: dict[tuple[str, str], str] = {
     ("Langford", "2009"): "langford2009slow", ("Neumann", "2014"): "neumann2014deepdist",
     ("Sanders", "2009"): "sanders2009twotree", ("Touvron", "2023a"): "touvron2023llama",
     ("Touvron", "2023b"): "touvron2023llama2", ("McMahan", "2021"): "kairouz2021advances", ("Zhao", "2023"): "zhao2023fsdp", ("Zheng", "2017"): "zheng2017asynchronous",
-    ("Zinkevich", "2010"): "zinkevich2010parallelized",
+    ("Zinkevich", "2010"): "zinkevich2010parallelized", ("Austin", "2025"): "austin2025scaling",
+    ("Dao", "2022"): "dao2022flashattention", ("Hoffmann", "2022"): "hoffmann2022training",
+    ("Lepikhin", "2021"): "lepikhin2021gshard", ("Liu", "2023"): "liu2023ring", ("Milakov", "2018"): "milakov2018online",
+    ("Radford", "2019"): "radford2019language", ("Shazeer", "2017"): "shazeer2017outrageously",
 }
 CHAPTER_CITATIONS: dict[tuple[str, str, str], str] = {
     ("09", "Chen", "2016"): "chen2016training", ("08", "Zhang", "2015"): "zhang2015elastic",
-    ("08", "Li", "2020"): "li2020federated",
+    ("08", "Li", "2020"): "li2020federated", ("10", "Narayanan", "2021"): "narayanan2021efficient",
 }
 #: "Recht et al. 2011", "Recht et al. (2011)", "McMahan & Streeter (2014)", "Zhang, Gupta, Lian & Liu (2015, section 3)",
 #: "Sergeev & Del Balso 2018", "Touvron et al. 2023b": the year becomes a citation, the text stays as written.
