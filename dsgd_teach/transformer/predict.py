@@ -13,7 +13,7 @@ sizes (N_dp, N_tp, p, N_cp, N_ep), stated once here; the chapter, the ranking wi
   allreduces of b s h per layer on the tensor axis (Shoeybi et al. 2019, section 3; Korthikanti et al. 2022,
   section 4.2.2: sequence parallelism sends the same bytes as all-gathers and reduce-scatters); b s h per microbatch
   across each stage boundary (Narayanan et al. 2021, section 2.2); key/value blocks round the ring on the context
-  axis (Liu et al. 2023); all-to-alls of the routed tokens on the expert axis (Lepikhin et al. 2021, section 2.2).
+  axis (Liu et al. 2023); all-to-alls of the routed tokens on the expert axis (Lepikhin et al. 2021, section 3).
 * Memory per rank: Adam's model states as chapter 09's `zero_formula`, and activations by Korthikanti et al. 2022,
   section 4.1 (eq. 1, s b h (34 + 5 a s / h) bytes per layer in fp16 with dropout) and Table 2 for how tensor and
   sequence parallelism divide them.
@@ -226,7 +226,7 @@ def axis_messages(shape: GPTShape, plan: Plan, stage: int = 0,
     section 3): (6 (N_cp - 1) + 2) blocks; and the gradients of the weights every context rank holds, summed by a
     ring allreduce over the N_cp ranks. ep: per MoE layer a dispatch and a combine
     all-to-all forward and both again backward, each sending (N_ep-1)/N_ep of the rank's top-k·b·s routed rows of h
-    when routing is uniform (Lepikhin et al. 2021, section 2.2), and first the E/N_ep int64 row counts to each other
+    when routing is uniform (Lepikhin et al. 2021, section 3), and first the E/N_ep int64 row counts to each other
     rank: an expectation, since the rows routed are the data's (`expert_parallel.expert_parallel_bytes` counts a
     run's exactly from the rows it routed). With sequence parallelism the weights every tensor
     rank holds whole (norms, the row-split layers' biases, embeddings and head) saw only 1/N_tp of the tokens: their
