@@ -66,6 +66,22 @@ def run_panel(client: Client, config: TransformerConfig, title: str = "A transfo
     """Run, live, a layout of the chapter's GPT: loss, bytes per axis, tokens per expert and tokens dropped."""
     axis = {a: widgets.Dropdown(options=[1, 2, 4, 8], value=getattr(config, a), description=a)
             for a in ("dp", "tp", "pp", "cp", "ep")}
+    keep_experts_on_data_ranks(axis["dp"], axis["ep"])
     controls = {**axis, "sequence_parallel": widgets.Checkbox(value=config.sequence_parallel, description="SP")}
     return ExperimentPanel(client, run, config.replace(verbose=False), controls=controls, plot=plot_run_live,
                            title=title, figsize=(12, 3.4))
+
+
+def keep_experts_on_data_ranks(dp: widgets.Dropdown, ep: widgets.Dropdown) -> None:
+    """Keep N_ep dividing N_dp as either dropdown changes: the expert ranks are data-parallel ranks (mesh.py)."""
+
+    def follow(change: dict) -> None:
+        if dp.value % ep.value == 0:
+            return
+        if change["owner"] is dp:  # fewer data ranks: as many expert ranks as still divide them
+            ep.value = max(e for e in ep.options if dp.value % e == 0)
+        else:  # more expert ranks: as many data ranks
+            dp.value = ep.value
+
+    dp.observe(follow, names="value")
+    ep.observe(follow, names="value")
