@@ -104,7 +104,8 @@ def test_a_run_on_paused_workers_fails_within_seconds_naming_memory(fresh_client
     t0 = time.monotonic()
     with pytest.raises(WorkerMemoryError, match=rf"(?s)paused by dask's memory monitor.*{addresses[0]} holds \d+ MiB.*fewer workers"):
         run_data_parallel(DataParallelConfig(workers=2, steps=3, batch_size=8), fresh_client)
-    assert time.monotonic() - t0 < 10
+    # A paused run would wait out the test's 120 s; the check answers at once (12.4 s once on a machine at load ~30)
+    assert time.monotonic() - t0 < 60
 
 
 def _wait_for_stop(ctx) -> int:  # noqa: ANN001 - a rank function for run_live
