@@ -78,6 +78,14 @@ def assert_valid(doc: dict) -> None:
     assert not leaked, leaked
 
 
+def _first_private_folder(path: Path) -> Path | None:
+    """The first folder on the way to path that other users cannot enter (no o+x), or None."""
+    for folder in [*reversed(path.resolve().parents), path.resolve()]:
+        if not os.stat(folder).st_mode & 0o001:
+            return folder
+    return None
+
+
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
     """A 0755 folder under /tmp (a sandbox uid must reach the package) with a Python holding this project's
@@ -87,6 +95,11 @@ def site(tmp_path_factory):
     subprocess.run([str(SYSTEM_PY), "-m", "venv", "--without-pip", str(top / "venv")], check=True, timeout=120)
     purelib = next((top / "venv" / "lib").glob("python*/site-packages"))
     site_packages = next(p for p in sys.path if p.endswith("site-packages") and Path(p).is_dir())
+    private = _first_private_folder(Path(site_packages))
+    if private is not None:  # container mode grades as another uid, which must read the packages (setup.sh's are 0755)
+        shutil.rmtree(top, ignore_errors=True)
+        pytest.skip(f"this checkout's packages sit under {private}, which another uid cannot enter (a clone in a "
+                    "private folder); container mode's sandbox uid could not import them")
     (purelib / "project.pth").write_text(site_packages + "\n")
     yield top
     shutil.rmtree(top, ignore_errors=True)
