@@ -6,7 +6,7 @@ Each variant's code redefines only the functions it changes; the rest of the not
 from __future__ import annotations
 
 from .boundary import VARIANTS as BOUNDARY_VARIANTS
-from .harness import R, Variant, W
+from .harness import R, Variant, W, swap
 from .ps12_sharding import PS12
 
 _SAMPLER = """
@@ -376,7 +376,7 @@ def async_apply(w0, updates, base_lr):
     return w, taus
 """),
     W("async_sgd: rate divided by max(1, staleness), so tau = 1 keeps the full rate", "q2",
-      _ASYNC.replace("(tau + 1)", "max(1, tau)")),
+      swap(_ASYNC, ("(tau + 1)", "max(1, tau)"))),
     W("async_apply: rate divided by the staleness alone, guarded at 0", "q2", """
 def async_apply(w0, updates, base_lr):
     w, taus = np.array(w0, dtype=float), []
@@ -387,7 +387,7 @@ def async_apply(w0, updates, base_lr):
     return w, taus
 """),
     W("async_sgd: gradient of the server's current parameters, not the ones read", "q2",
-      _ASYNC.replace("grad_fn(w_read)", "grad_fn(w)")),
+      swap(_ASYNC, ("grad_fn(w_read)", "grad_fn(w)"))),
     W("async_sgd: simultaneous finishes in the order the workers were rescheduled", "q2", """
 import heapq
 
@@ -405,14 +405,13 @@ def async_sgd(w0, grad_fn, compute_times, n_updates, base_lr):
     return w, log
 """),
     W("async_sgd: the worker keeps its first read (never re-reads)", "q2",
-      _ASYNC.replace("reads[i] = (done + compute_times[i], version, w.copy())",
-                     "reads[i] = (done + compute_times[i], version_read, w_read)")),
+      swap(_ASYNC, ("reads[i] = (done + compute_times[i], version, w.copy())", "reads[i] = (done + compute_times[i], version_read, w_read)"))),
     W("async_sgd: staleness measured after the version is bumped", "q2",
-      _ASYNC.replace("        tau = version - version_read\n", "        version += 1\n        tau = version - version_read\n")
-            .replace("        version += 1\n        log.append", "        log.append")),
+      swap(_ASYNC, ("        tau = version - version_read\n", "        version += 1\n        tau = version - version_read\n"),
+           ("        version += 1\n        log.append", "        log.append"))),
     W("async_sgd: updates the caller's w0 in place", "q2",
-      _ASYNC.replace("w, version, log = np.array(w0, dtype=float), 0, []", "w, version, log = w0, 0, []")
-            .replace("w = w - base_lr", "w -= base_lr")),
+      swap(_ASYNC, ("w, version, log = np.array(w0, dtype=float), 0, []", "w, version, log = w0, 0, []"),
+           ("w = w - base_lr", "w -= base_lr"))),
     R("select with heapq.nsmallest", "q1", """
 import heapq
 
@@ -818,15 +817,15 @@ def partial_outputs(X, A, B, N):
     return out
 """),
     W("1F1B rule with one microbatch too few in flight (p - 1 - s)", "q1",
-      _GREEDY_1F1B.replace("len(held) < p - s", "len(held) < max(1, p - 1 - s)")),
+      swap(_GREEDY_1F1B, ("len(held) < p - s", "len(held) < max(1, p - 1 - s)"))),
     W("1F1B rule runs the backward of the newest microbatch held", "q1",
-      _GREEDY_1F1B.replace("held.popleft()", "held.pop()")),
+      swap(_GREEDY_1F1B, ("held.popleft()", "held.pop()"))),
     W("decoupled: the first stage is never late (delays reversed)", "q4",
-      _DECOUPLED.replace("old = t - d * (p - 1 - s)", "old = t - d * s")),
+      swap(_DECOUPLED, ("old = t - d * (p - 1 - s)", "old = t - d * s"))),
     W("decoupled: every stage waits d (p - 1) steps", "q4",
-      _DECOUPLED.replace("old = t - d * (p - 1 - s)", "old = t - d * (p - 1)")),
+      swap(_DECOUPLED, ("old = t - d * (p - 1 - s)", "old = t - d * (p - 1)"))),
     W("decoupled: delay d (p - s), the last stage late too", "q4",
-      _DECOUPLED.replace("old = t - d * (p - 1 - s)", "old = t - d * (p - s)")),
+      swap(_DECOUPLED, ("old = t - d * (p - 1 - s)", "old = t - d * (p - s)"))),
     W("decoupled: the old batch recomputed on the current weights (no weight stashing)", "q4", """
 def decoupled_sgd(w0, grad_fn, sizes, lr, steps, d):
     w = np.array(w0, dtype=float)
@@ -860,7 +859,7 @@ def decoupled_sgd(w0, grad_fn, sizes, lr, steps, d):
     return w, applied
 """),
     W("decoupled: updates the caller's w0 in place", "q4",
-      _DECOUPLED.replace("w = np.array(w0, dtype=float)", "w = w0")),
+      swap(_DECOUPLED, ("w = np.array(w0, dtype=float)", "w = w0"))),
     R("1F1B by its in-flight rule (a deque of held microbatches)", "q1", _GREEDY_1F1B),
     R("decoupled with a queue of pending gradients per stage", "q4", """
 from collections import deque
@@ -1091,9 +1090,9 @@ def fifo_port(arrivals, nbytes, alpha_s, bandwidth_Bps):
     return np.array(out)
 """),
     W("port: no queue, every message delivered at arrival + its time", "q1",
-      _PORT.replace("max(free, arrivals[j]) + hold", "arrivals[j] + hold")),
+      swap(_PORT, ("max(free, arrivals[j]) + hold", "arrivals[j] + hold"))),
     W("port: served in index order, not arrival order", "q1",
-      _PORT.replace("sorted(range(len(arrivals)), key=lambda j: (arrivals[j], j))", "range(len(arrivals))")),
+      swap(_PORT, ("sorted(range(len(arrivals)), key=lambda j: (arrivals[j], j))", "range(len(arrivals))"))),
     W("server: replies go out in parallel (no outbound queue)", "q1", """
 def server_allreduce_s(ready, nbytes, alpha_s, bandwidth_Bps):
     if len(ready) == 0:
@@ -1108,7 +1107,7 @@ def server_allreduce_s(ready, nbytes, alpha_s, bandwidth_Bps):
     return float(fifo_port([max(ready)] * len(ready), [nbytes] * len(ready), alpha_s, bandwidth_Bps).max())
 """),
     W("staleness counted the papers' way (one more)", "q2",
-      _STALE.replace("out.append((i, len(out) - read))", "out.append((i, len(out) - read + 1))")),
+      swap(_STALE, ("out.append((i, len(out) - read))", "out.append((i, len(out) - read + 1))"))),
     W("staleness: simultaneous finishes in the order the workers were rescheduled", "q2", """
 import heapq
 
@@ -1126,9 +1125,9 @@ def async_staleness(durations, n_updates):
     return out
 """),
     W("staleness: every gradient takes the worker's first duration", "q2",
-      _STALE.replace("(t + durations[i, k + 1], i, k + 1, len(out))", "(t + durations[i, 0], i, k + 1, len(out))")),
+      swap(_STALE, ("(t + durations[i, k + 1], i, k + 1, len(out))", "(t + durations[i, 0], i, k + 1, len(out))"))),
     W("staleness: the worker keeps its first read", "q2",
-      _STALE.replace("(t + durations[i, k + 1], i, k + 1, len(out))", "(t + durations[i, k + 1], i, k + 1, read)")),
+      swap(_STALE, ("(t + durations[i, k + 1], i, k + 1, len(out))", "(t + durations[i, k + 1], i, k + 1, read)"))),
     R("port with numpy argsort (stable) and a running free time", "q1", """
 def fifo_port(arrivals, nbytes, alpha_s, bandwidth_Bps):
     arrivals = np.asarray(arrivals, dtype=float)
@@ -1178,25 +1177,21 @@ def ring_allreduce_rank(comm, x):
     return acc
 """),
     W("Comm ring: all-gather adds instead of replacing", "q1",
-      _RANK.replace("chunks[inc] + buf if reduce else buf", "chunks[inc] + buf")),
+      swap(_RANK, ("chunks[inc] + buf if reduce else buf", "chunks[inc] + buf"))),
     W("Comm ring: chunks are views of x (the input is modified)", "q1",
-      _RANK.replace("[c.clone() for c in torch.tensor_split(x, p)]", "list(torch.tensor_split(x, p))")
-           .replace("chunks[inc] = chunks[inc] + buf if reduce else buf",
-                    "if reduce:\n            chunks[inc] += buf\n        else:\n            chunks[inc][...] = buf")),
+      swap(_RANK, ("[c.clone() for c in torch.tensor_split(x, N)]", "list(torch.tensor_split(x, N))"),
+           ("chunks[inc] = chunks[inc] + buf if reduce else buf", "if reduce:\n            chunks[inc] += buf\n        else:\n            chunks[inc][...] = buf"))),
     W("Comm ring: all-gather steps numbered from 0 again", "q1",
-      _RANK.replace("comm.exchange(chunks[out], right, buf, left, step=s,",
-                    "comm.exchange(chunks[out], right, buf, left, step=s if reduce else s - p + 1,")),
+      swap(_RANK, ("comm.exchange(chunks[out], right, buf, left, step=t,", "comm.exchange(chunks[out], right, buf, left, step=t if reduce else t - N + 1,"))),
     W("Comm ring: the received chunk added to the chunk just sent", "q1",
-      _RANK.replace("buf = torch.empty_like(chunks[inc])", "buf = torch.empty_like(chunks[out])")
-           .replace("chunks[inc] = chunks[inc] + buf if reduce else buf",
-                    "chunks[out] = chunks[out] + buf if reduce else buf")),
+      swap(_RANK, ("buf = torch.empty_like(chunks[inc])", "buf = torch.empty_like(chunks[out])"),
+           ("chunks[inc] = chunks[inc] + buf if reduce else buf", "chunks[out] = chunks[out] + buf if reduce else buf"))),
     W("Comm ring: torch.chunk's ceil-sized chunks, not np.array_split's", "q1",
-      _RANK.replace("[c.clone() for c in torch.tensor_split(x, p)]",
-                    "[c.clone() for c in torch.chunk(x, p)] + [x[:0].clone()] * (p - len(torch.chunk(x, p)))")),
+      swap(_RANK, ("[c.clone() for c in torch.tensor_split(x, N)]", "[c.clone() for c in torch.chunk(x, N)] + [x[:0].clone()] * (N - len(torch.chunk(x, N)))"))),
     W("Comm ring: receive buffers in torch's default float32", "q1",
-      _RANK.replace("buf = torch.empty_like(chunks[inc])", "buf = torch.empty(len(chunks[inc]))")),
+      swap(_RANK, ("buf = torch.empty_like(chunks[inc])", "buf = torch.empty(len(chunks[inc]))"))),
     R("Comm ring: the received chunk first (addition commutes exactly)", "q1",
-      _RANK.replace("chunks[inc] + buf if reduce else buf", "buf + chunks[inc] if reduce else buf")),
+      swap(_RANK, ("chunks[inc] + buf if reduce else buf", "buf + chunks[inc] if reduce else buf"))),
     R("Comm ring on one flat buffer with chunk offsets, returned as numpy", "q1", """
 def ring_allreduce_rank(comm, x):
     p, r = comm.world, comm.rank
@@ -1255,7 +1250,7 @@ def busiest_link(logs):
     return sorted(load, key=lambda pair: (-load[pair], pair))[0] if load else None
 """),
     W("Comm ring: sends to the left neighbour, receives from the right", "q1",
-      _RANK.replace("right, left = (r + 1) % p, (r - 1) % p", "right, left = (r - 1) % p, (r + 1) % p")),
+      swap(_RANK, ("right, left = (r + 1) % N, (r - 1) % N", "right, left = (r - 1) % N, (r + 1) % N"))),
 ]
 
 

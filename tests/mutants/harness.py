@@ -34,6 +34,16 @@ class Variant:
 
 
 @functools.cache
+def swap(source: str, *pairs: tuple[str, str]) -> str:
+    """A reference solution with each (old, new) pair replaced; an old text missing from it is an error, not a
+    mutant that silently equals the reference."""
+    for old, new in pairs:
+        if old not in source:
+            raise ValueError(f"mutant's text to replace is not in the reference: {old!r}")
+        source = source.replace(old, new)
+    return source
+
+
 def W(name: str, question: str, code: str) -> Variant:  # noqa: N802 - a table reads better with short names
     """A wrong solution: one realistic mistake; it must lose points at every seed."""
     return Variant(name, question, False, code.strip() + "\n")

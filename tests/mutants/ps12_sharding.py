@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .harness import R, W
+from .harness import R, W, swap
 
 _BUCKETS = """
 def assign_buckets(params, cap_bytes, itemsize=4):
@@ -62,16 +62,11 @@ def smallest_world(units, stage, budget_bytes, precision="mixed", max_n=1024):
 """
 
 
-def _swap(text: str, old: str, new: str) -> str:
-    assert old in text, old
-    return text.replace(old, new)
-
-
 PS12 = [
     # q1: buckets and their allreduces
-    W("buckets filled in registration order, not reverse", "q1", _swap(_BUCKETS, "reversed(params)", "params")),
+    W("buckets filled in registration order, not reverse", "q1", swap(_BUCKETS, ("reversed(params)", "params"))),
     W("a bucket is closed only once it holds more than the cap (off by one)", "q1",
-      _swap(_BUCKETS, "filled >= cap_bytes", "filled > cap_bytes")),
+      swap(_BUCKETS, ("filled >= cap_bytes", "filled > cap_bytes"))),
     W("a parameter that would overflow the bucket opens a new one (buckets never exceed the cap)", "q1", """
 def assign_buckets(params, cap_bytes, itemsize=4):
     buckets, current, filled = [], [], 0
@@ -86,13 +81,11 @@ def assign_buckets(params, cap_bytes, itemsize=4):
     return buckets
 """),
     W("bucket sizes counted in elements, itemsize ignored", "q1",
-      _swap(_BUCKETS, "filled += numel * itemsize", "filled += numel * 4")),
+      swap(_BUCKETS, ("filled += numel * itemsize", "filled += numel * 4"))),
     W("a bucket starts when its first gradient is ready", "q1",
-      _swap(_ENDS, "start = max([free] + [ready_s[name] for name in bucket])",
-            "start = max(free, min(ready_s[name] for name in bucket))")),
+      swap(_ENDS, ("start = max([free] + [ready_s[name] for name in bucket])", "start = max(free, min(ready_s[name] for name in bucket))"))),
     W("allreduces of different buckets overlap on the link", "q1",
-      _swap(_ENDS, "start = max([free] + [ready_s[name] for name in bucket])",
-            "start = max(ready_s[name] for name in bucket)")),
+      swap(_ENDS, ("start = max([free] + [ready_s[name] for name in bucket])", "start = max(ready_s[name] for name in bucket)"))),
     R("buckets by an index walk that closes at the first parameter; ends with numpy arrays", "q1", """
 def assign_buckets(params, cap_bytes, itemsize=4):
     out, start, filled = [], len(params), 0
@@ -118,14 +111,13 @@ def shard(x, n, r):
     return np.array(np.array_split(np.asarray(x, dtype=float), n)[r], dtype=float)
 """),
     W("gradients summed by the reduce-scatter, not averaged", "q2",
-      _swap(_STEP, "sum(shard(gk, n, r) for gk in grads) / n", "sum(shard(gk, n, r) for gk in grads)")),
+      swap(_STEP, ("sum(shard(gk, n, r) for gk in grads) / n", "sum(shard(gk, n, r) for gk in grads)"))),
     W("Adam without bias correction", "q2",
-      _swap(_STEP, "(m / (1 - b1**t)) / (np.sqrt(v / (1 - b2**t)) + eps)", "m / (np.sqrt(v) + eps)")),
+      swap(_STEP, ("(m / (1 - b1**t)) / (np.sqrt(v / (1 - b2**t)) + eps)", "m / (np.sqrt(v) + eps)"))),
     W("bias correction with the steps taken before this one", "q2",
-      _swap(_STEP, "(m / (1 - b1**t)) / (np.sqrt(v / (1 - b2**t)) + eps)",
-            "(m / (1 - b1**max(t - 1, 1))) / (np.sqrt(v / (1 - b2**max(t - 1, 1))) + eps)")),
+      swap(_STEP, ("(m / (1 - b1**t)) / (np.sqrt(v / (1 - b2**t)) + eps)", "(m / (1 - b1**max(t - 1, 1))) / (np.sqrt(v / (1 - b2**max(t - 1, 1))) + eps)"))),
     W("eps inside the square root", "q2",
-      _swap(_STEP, "np.sqrt(v / (1 - b2**t)) + eps", "np.sqrt(v / (1 - b2**t) + eps)")),
+      swap(_STEP, ("np.sqrt(v / (1 - b2**t)) + eps", "np.sqrt(v / (1 - b2**t) + eps)"))),
     W("every rank keeps the whole vector's m and v (no optimizer sharding)", "q2", """
 def zero_adam_step(w, grads, states, lr, betas=(0.9, 0.999), eps=1e-8):
     n, (b1, b2), psi = len(grads), betas, len(w)
@@ -177,13 +169,13 @@ def zero_adam_step(w, grads, states, lr, betas=(0.9, 0.999), eps=1e-8):
 """),
     # q3: counting bytes and elements; will it fit?
     W("shards rounded down: the padding is not counted", "q3",
-      _swap(_RANK, "-(-numel // n)", "numel // n")),
+      swap(_RANK, ("-(-numel // n)", "numel // n"))),
     W("the whole model padded once instead of unit by unit", "q3",
-      _swap(_RANK, "shard = sum(-(-numel // n) for _, numel in units)", "shard = -(-whole // n)")),
+      swap(_RANK, ("shard = sum(-(-numel // n) for _, numel in units)", "shard = -(-whole // n)"))),
     W("stage 2 still holds the full gradients (sharded from stage 3 on)", "q3",
-      _swap(_RANK, "(shard if stage >= 2 else whole)", "(shard if stage >= 3 else whole)")),
+      swap(_RANK, ("(shard if stage >= 2 else whole)", "(shard if stage >= 3 else whole)"))),
     W("12 bytes of optimizer state in fp32 too", "q3",
-      _swap(_RANK, '(held["master"] + held["m"] + held["v"])', "12")),
+      swap(_RANK, ('(held["master"] + held["m"] + held["v"])', "12"))),
     W("a ring collective sends N shards, not N - 1", "q3", """
 def elements_sent(units, n, stage):
     collectives = 3 if stage == 3 else 2
@@ -193,8 +185,8 @@ def elements_sent(units, n, stage):
 def elements_sent(units, n, stage):
     return sum(2 * (n - 1) * -(-numel // n) for _, numel in units)
 """),
-    W("fits only strictly below the budget", "q3", _swap(_FIT, '["total"] <= budget_bytes', '["total"] < budget_bytes')),
-    W("no N fits: returns max_n instead of None", "q3", _swap(_FIT, "return None", "return max_n")),
+    W("fits only strictly below the budget", "q3", swap(_FIT, ('["total"] <= budget_bytes', '["total"] < budget_bytes'))),
+    W("no N fits: returns max_n instead of None", "q3", swap(_FIT, ("return None", "return max_n"))),
     R("counts with numpy arrays; smallest N by bisection (the total never grows with N)", "q3", """
 def rank_bytes(units, n, stage, precision="mixed"):
     sizes = np.array([numel for _, numel in units], dtype=np.int64)
