@@ -34,7 +34,7 @@ def _children() -> list[psutil.Process]:
         try:
             if not is_helper(proc):
                 out.append(proc)
-        except psutil.NoSuchProcess:
+        except psutil.NoSuchProcess:  # gone, or a zombie (ZombieProcess is a NoSuchProcess)
             continue
     return out
 

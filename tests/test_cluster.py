@@ -8,7 +8,7 @@ import time
 import psutil
 import pytest
 import torch
-from conftest import is_helper
+from conftest import _children
 from distributed import LocalCluster
 
 from dsgd_teach.runtime.cluster import (
@@ -23,7 +23,9 @@ from dsgd_teach.runtime.cluster import (
 
 
 def _worker_pids() -> set[int]:
-    return {p.pid for p in psutil.Process().children(recursive=True) if not is_helper(p)}
+    """Live child processes other than multiprocessing's helpers (a worker that exited a moment ago, a zombie not
+    yet reaped, is not one)."""
+    return {p.pid for p in _children()}
 
 
 def _port_free(address: str) -> bool:

@@ -15,6 +15,7 @@ from dsgd_teach.course_runner import chapters, execute
 from dsgd_teach.runtime import deployment
 from dsgd_teach.runtime.cluster import start_client
 from dsgd_teach.runtime.workers import capacity, get_workers
+from dsgd_teach.transformer.experiment import CHAPTER_MESHES, chapter_meshes
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +49,10 @@ def test_get_workers_runs_with_what_fits_and_never_resizes(cli_deployment, monke
         assert "3 would show a third rank" in str(short) and "\n" not in str(short)
         assert capacity(client, 4) == 2  # widget ranges follow what the cluster can give
         assert len(client.run(lambda: 1)) == 2
+        assert chapter_meshes(client, ranks=8) == CHAPTER_MESHES[2]  # chapter 10's meshes shrink to two ranks
+        assert chapter_meshes(client, ranks=1) == CHAPTER_MESHES[1]
+        with pytest.raises(ValueError, match="ranks must be one of"):
+            chapter_meshes(client, ranks=3)
     assert deployment.fingerprint(cli_deployment.address) == before
 
 

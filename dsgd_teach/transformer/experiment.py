@@ -21,6 +21,7 @@ from ..collectives.experiment import run_session
 from ..collectives.session import Plan as SessionPlan
 from ..config import check_bool, sized
 from ..machine import cpu_count
+from ..runtime.workers import get_workers
 from ..trace import OnUpdate, Result
 from .calibration import Calibration, predict_step
 from .composed import ComposedConfig, compare_with_oracle, run_composed
@@ -37,6 +38,27 @@ FULL_SHAPE = GPTShape(vocab=64, seq_len=32, width=128, heads=4, layers=4)
 def chapter_shape() -> GPTShape:
     """FULL_SHAPE, or SMOKE_SHAPE under DSGD_SMOKE=1."""
     return sized(FULL_SHAPE, SMOKE_SHAPE)
+
+
+#: The chapter's composed layouts by the ranks they take: two meshes of three axes on 8 ranks, and the two-axis
+#: and one-axis layouts a smaller cluster can still run (each axis of size 2).
+CHAPTER_MESHES: dict[int, dict[str, dict[str, Any]]] = {
+    8: {"dp2·tp2·pp2": dict(dp=2, tp=2, pp=2), "tp2·pp2·cp2 + SP": dict(tp=2, pp=2, cp=2, sequence_parallel=True)},
+    4: {"dp2·tp2": dict(dp=2, tp=2), "pp2·cp2": dict(pp=2, cp=2)},
+    2: {"tp2 + SP": dict(tp=2, sequence_parallel=True), "pp2": dict(pp=2)},
+    1: {"one rank": {}},
+}
+
+
+def chapter_meshes(client: Client, ranks: int = 8) -> dict[str, dict[str, Any]]:
+    """The chapter's layouts of `ranks` ranks (a key of CHAPTER_MESHES); on a deployment the course may not grow
+    and that has fewer workers, the widest layouts that fit, after printing what more workers would show."""
+    if ranks not in CHAPTER_MESHES:
+        raise ValueError(f"ranks must be one of {sorted(CHAPTER_MESHES)}, got {ranks!r}")
+    got = get_workers(client, ranks, why=f"the layouts of {ranks} ranks")
+    if not got.enough:
+        print(got.note)
+    return CHAPTER_MESHES[max(n for n in CHAPTER_MESHES if n <= min(ranks, got.n))]
 
 
 @dataclass(frozen=True)
