@@ -21,6 +21,7 @@ import nbformat  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
+from dsgd_teach.collectives import shaped_links  # noqa: E402
 from dsgd_teach.config import sized  # noqa: E402
 from dsgd_teach.runtime import hosts  # noqa: E402
 
@@ -29,7 +30,7 @@ CHAPTER = Path(__file__).resolve().parents[1] / "course" / "05_allreduce.ipynb"
 
 def _cell() -> str:
     cells = [c.source for c in nbformat.read(CHAPTER, as_version=4).cells
-             if c.cell_type == "code" and "hosts.shaped_allreduce" in c.source]
+             if c.cell_type == "code" and "shaped_allreduce(" in c.source]
     assert len(cells) == 1, "chapter 05 has one cell that measures on shaped hosts"
     return cells[0]
 
@@ -58,7 +59,7 @@ def test_without_namespaces_the_cell_prints_why(monkeypatch, no_hosts_made) -> N
 def test_an_outside_deployment_is_left_alone(monkeypatch, no_hosts_made) -> None:
     monkeypatch.setattr(hosts, "available", lambda: None)
     monkeypatch.setenv("DSGD_SCHEDULER", "tcp://10.213.1.1:8786")
-    assert "DSGD_SCHEDULER" in hosts.shaped_allreduce()["skipped"]
+    assert "DSGD_SCHEDULER" in shaped_links.shaped_allreduce()["skipped"]
     assert "DSGD_SCHEDULER" in _run_cell()
 
 
@@ -67,7 +68,7 @@ def test_a_measurement_becomes_a_labelled_picture(monkeypatch) -> None:
             for n, a, t in ((3, "naive", 0.7), (3, "ring", 0.25), (4, "naive", 1.0), (4, "ring", 0.3))]
     measured = {"rate": "200mbit", "mib": 4, "rows": rows, "alpha_us": [400.0, 420.0], "link_MBps": [23.5, 23.4],
                 "hosts": ["a,b,c", "a,b,c,d"], "wall_s": 40.0}
-    monkeypatch.setattr(hosts, "shaped_allreduce", lambda **kwargs: measured)
+    monkeypatch.setattr(shaped_links, "shaped_allreduce", lambda **kwargs: measured)
     plt.close("all")
     printed = _run_cell()
     assert "N = 3: star 0.700 s, ring 0.250 s; star/ring measured 2.80, predicted 2.80" in printed
@@ -81,5 +82,5 @@ def test_the_shaped_hosts_can_be_turned_off(monkeypatch, no_hosts_made) -> None:
     """DSGD_SHAPED_HOSTS=0 (a kernel with little memory) makes nothing even where namespaces could be made."""
     monkeypatch.setattr(hosts, "available", lambda: None)
     monkeypatch.setenv("DSGD_SHAPED_HOSTS", "0")
-    assert "DSGD_SHAPED_HOSTS=0" in hosts.shaped_allreduce()["skipped"]
+    assert "DSGD_SHAPED_HOSTS=0" in shaped_links.shaped_allreduce()["skipped"]
     assert "DSGD_SHAPED_HOSTS=0" in _run_cell()

@@ -135,8 +135,6 @@ EXCEPTIONS = {
         "the playground's config, run and panel still share one file",
     ("dsgd_teach.syncasync.playground", "dsgd_teach.syncasync.plots"):
         "the playground's config, run and panel still share one file",
-    ("dsgd_teach.runtime.hosts", "dsgd_teach.collectives.*"):
-        "chapter 05's shaped-links measurement still lives beside the emulated hosts",
 }
 
 

@@ -6,8 +6,8 @@ traffic leaves them. Every process started "on" host i runs in that namespace an
 /dev/shm is host i's own tmpfs, so shared memory works between processes of one host and not across hosts, as on
 real machines. Links can be shaped with a token bucket (tc tbf; netem is not available everywhere). Needs root.
 
-Used by the multi-host tests, the shaped-links benchmark, chapter 05 (`shaped_allreduce`: star against ring over
-shaped links, hosts made and removed within one call) and `python -m dsgd_teach.runtime.hosts up|down` for lecturers.
+Used by the multi-host tests, chapter 05's shaped-links measurement (dsgd_teach/collectives/shaped_links.py, also
+run by the benchmark) through `shaped_deployment`, and `python -m dsgd_teach.runtime.hosts up|down` for lecturers.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -136,7 +135,7 @@ def up(n_hosts: int, rate: str | None = None, tag: str | None = None) -> Hosts:
 
 
 #: Token-bucket depth (4 KB). A deeper bucket (64 KB) lets short transfers run above the rate, so the α-β fit
-#: of dsgd_teach/bench/shaped_hosts.py would read a faster link for small messages than for large ones.
+#: of dsgd_teach/collectives/shaped_links.py would read a faster link for small messages than for large ones.
 BURST = "32kbit"
 
 
@@ -175,45 +174,6 @@ def load(tag: str) -> Hosts:
     return Hosts(**json.loads((STATE_DIR / f"{tag}.json").read_text()))
 
 
-def shaped_unavailable() -> str | None:
-    """Why chapter 05 cannot make shaped hosts here (None when it can): turned off with DSGD_SHAPED_HOSTS=0, no root
-    or tools, or an outside deployment."""
-    if os.environ.get("DSGD_SHAPED_HOSTS", "1").strip() == "0":
-        return ("turned off (DSGD_SHAPED_HOSTS=0): the five extra processes, each importing torch, would not fit in "
-                "the memory this kernel is given")
-    reason = available()
-    if reason:
-        return reason
-    if os.environ.get("DSGD_SCHEDULER"):
-        return ("this kernel uses an existing dask deployment (DSGD_SCHEDULER), perhaps on emulated hosts already; "
-                "the shaped-links demonstration makes hosts of its own only on a machine the course runs alone")
-    return None
-
-
-def shaped_allreduce(worlds: tuple[int, ...] = (3, 4), rate: str = "200mbit", mib: float = 4.0, repeats: int = 3,
-                     timeout_s: float = 420.0) -> dict:
-    """Star (naive) against ring over emulated hosts whose links are shaped to `rate`; everything removed after.
-
-    Makes 1 + max(worlds) hosts: the scheduler and the measuring driver on host 0, one `dask worker` (one torch
-    thread) on each other host. For each N in worlds, one process group of N ranks fits alpha and beta from a
-    ping-pong and times both algorithms on a vector of `mib` MiB. Returns {"rate", "mib", "rows": [{"N",
-    "algorithm", "measured_s", "predicted_s"}, ...], "alpha_us", "link_MBps", "hosts"}, or {"skipped": reason}
-    where namespaces cannot be made (not root, Binder, another deployment).
-    """
-    reason = shaped_unavailable()
-    if reason:
-        return {"skipped": reason}
-    t0 = time.perf_counter()
-    with shaped_deployment(1 + max(worlds), rate) as (h, dep):
-        args = ["measure", dep.address, "--worlds", *map(str, worlds), "--mib", str(mib), "--repeats", str(repeats)]
-        proc = h.run(0, sys.executable, "-m", "dsgd_teach.runtime.hosts", *args, capture_output=True, text=True,
-                     timeout=timeout_s)
-        if proc.returncode != 0:
-            raise RuntimeError(f"measuring on the shaped hosts failed:\n{proc.stderr[-3000:]}")
-        out = json.loads(proc.stdout.strip().splitlines()[-1])
-        return {"rate": rate, "mib": mib, **out, "wall_s": time.perf_counter() - t0}
-
-
 @contextmanager
 def shaped_deployment(n_hosts: int, rate: str) -> Iterator[tuple[Hosts, Any]]:
     """n_hosts emulated hosts with links shaped to rate, a dask scheduler on host 0 started with dask's command line
@@ -239,45 +199,6 @@ def shaped_deployment(n_hosts: int, rate: str) -> Iterator[tuple[Hosts, Any]]:
             shutil.rmtree(work, ignore_errors=True)
 
 
-def _measure_inside(address: str, worlds: list[int], mib: float, repeats: int) -> dict:
-    """Run on host 0: per world size, one group: ping-pong fit, then star and ring, interleaved, timed."""
-    import statistics
-
-    import numpy as np
-
-    from ..collectives.cost_model import fit_alpha_beta, predict_seconds
-    from ..collectives.experiment import run_session
-    from ..collectives.session import Plan
-    from .cluster import start_client
-    from .deployment import wait_for_workers
-    from .group import group_hosts
-
-    t0 = time.perf_counter()
-    wait_for_workers(address, max(worlds))
-    ready = time.perf_counter() - t0
-    k = int(mib * 2**20) // 4
-    rows, fits, placed = [], [], []
-    with start_client(scheduler=address, quiet=True) as client:
-        for world in worlds:
-            # alpha from 1 KiB messages, beta from 256 KiB and 4 MiB: three sizes keep the session short
-            plan = Plan(jobs=(("naive", k), ("ring", k)), repeats=repeats, warmup=1, seed=0,
-                        pingpong_sizes=(2**10, 2**18, 2**22), pingpong_repeats=2)
-            spec, results, recorder, _ = run_session(client, world, plan, device="cpu", timeout_s=120,
-                                                     run_timeout_s=300)
-            ping = results[0]["pingpong"]
-            model = fit_alpha_beta(np.array([q[0] for q in ping]), np.array([q[1] for q in ping]))
-            fits.append(model)
-            placed.append(group_hosts(spec))
-            trace = recorder.frame()
-            timed = trace[(trace.event == "allreduce") & (trace.worker == 0)]
-            for algorithm in ("naive", "ring"):
-                rows.append({"N": world, "algorithm": algorithm,
-                             "measured_s": statistics.median(timed[timed.algorithm == algorithm].slowest_seconds),
-                             "predicted_s": predict_seconds(model, algorithm, world, k)})
-    return {"rows": rows, "alpha_us": [m.alpha * 1e6 for m in fits], "link_MBps": [m.bandwidth / 1e6 for m in fits],
-            "hosts": placed, "workers_ready_s": ready, "measured_s": time.perf_counter() - t0 - ready}
-
-
 def main(argv: list[str] | None = None) -> int:
     """`python -m dsgd_teach.runtime.hosts up [--hosts 3] [--rate 200mbit]` / `down TAG`: emulated hosts for a lecture."""
     parser = argparse.ArgumentParser(prog="python -m dsgd_teach.runtime.hosts", description=__doc__.splitlines()[0])
@@ -287,15 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     p_up.add_argument("--rate", default="200mbit", help="per-link token-bucket rate ('none' for unshaped)")
     p_down = sub.add_parser("down", help="remove the hosts made under TAG")
     p_down.add_argument("tag")
-    p_measure = sub.add_parser("measure", help="(run on host 0 by shaped_allreduce) time star and ring")
-    p_measure.add_argument("address")
-    p_measure.add_argument("--worlds", type=int, nargs="+", default=[3, 4])
-    p_measure.add_argument("--mib", type=float, default=4.0)
-    p_measure.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args(argv)
-    if args.cmd == "measure":
-        print(json.dumps(_measure_inside(args.address, args.worlds, args.mib, args.repeats)))
-        return 0
     if args.cmd == "down":
         load(args.tag).down()
         print(f"removed {args.tag}")
