@@ -29,9 +29,9 @@ def _plain(path: str) -> str:
 
 
 def _bench_figures() -> dict[str, float]:
-    """README's benchmark table: 'figure -> value' for every numeric row (last occurrence wins)."""
+    """The benchmark table of docs/benchmarks.md: 'figure -> value' for every numeric row (last occurrence wins)."""
     out = {}
-    for line in (ROOT / "README.md").read_text().splitlines():
+    for line in (ROOT / "docs" / "benchmarks.md").read_text().splitlines():
         m = re.match(r"\|\s*(\w+)\s*\|\s*(\w+)\s*\|\s*([-\d.e]+)\s*\|\s*$", line)
         if m:
             out[f"{m.group(1)}.{m.group(2)}"] = float(m.group(3))
@@ -209,8 +209,8 @@ def test_zero_memory_table_and_the_checkpoint_peak_of_chapter_09():
 
 
 def test_the_shaped_hosts_bench_quotes_the_readme_run():
-    """The bench's docstring once said star/ring 3.3 at N = 4 (an earlier run) where README's table, which chapter 05
-    quotes, says 3.50: the docstring's figures are README's, rounded as written."""
+    """The bench's docstring once said star/ring 3.3 at N = 4 (an earlier run) where the benchmark table, which chapter
+    05 quotes, says 3.50: the docstring's figures are the table's (docs/benchmarks.md), rounded as written."""
     from dsgd_teach.bench import shaped_hosts
 
     doc, figures = " ".join(shaped_hosts.__doc__.split()), _bench_figures()

@@ -1,4 +1,4 @@
-"""README's "Where things live" and ARCHITECTURE.md name every module and sub-package of dsgd_teach, and nothing else."""
+"""docs/code.md ("Where things live") and ARCHITECTURE.md name every module and sub-package of dsgd_teach, nothing else."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ PACKAGE = ROOT / "dsgd_teach"
 
 
 def where_things_live() -> str:
-    """The README section, up to the next heading."""
-    text = (ROOT / "README.md").read_text()
-    return text.split("## Where things live", 1)[1].split("\n## ", 1)[0]
+    """The page docs/code.md (the README's former section "Where things live")."""
+    text = (ROOT / "docs" / "code.md").read_text()
+    return text.split("# Where things live", 1)[1].split("\n## ", 1)[0]
 
 
 def package_parts() -> tuple[set[str], set[str]]:
@@ -30,10 +30,10 @@ def named(text: str) -> tuple[set[str], set[str]]:
 def test_the_readme_names_every_module_and_sub_package():
     modules, packages = package_parts()
     said_modules, said_packages = named(where_things_live())
-    assert not modules - said_modules, f"modules missing from README's Where things live: {sorted(modules - said_modules)}"
+    assert not modules - said_modules, f"modules missing from docs/code.md: {sorted(modules - said_modules)}"
     assert not packages - said_packages, f"sub-packages missing there: {sorted(packages - said_packages)}"
     stale = said_modules - modules
-    assert not stale, f"README's Where things live names modules dsgd_teach/ does not have: {sorted(stale)}"
+    assert not stale, f"docs/code.md names modules dsgd_teach/ does not have: {sorted(stale)}"
     outside = {"dsgd_teach", "course", "tests", "binder", "solutions", "source"}
     assert not said_packages - packages - outside, sorted(said_packages - packages - outside)
 

@@ -1,7 +1,7 @@
-"""Turn build/bench/results.json into the README's benchmark section and a few plots in build/bench/.
+"""Turn build/bench/results.json into the benchmark page's tables and a few plots in build/bench/.
 
-The README holds the latest table between the markers `<!-- bench:start -->` and `<!-- bench:end -->`; this
-module rewrites only what lies between them, so the rest of the README is never touched. Run it as
+docs/benchmarks.md holds the latest tables between the markers `<!-- bench:start -->` and `<!-- bench:end -->`;
+this module rewrites only what lies between them, so the rest of the page is never touched. Run it as
 `python -m dsgd_teach.bench.report` after `dsgd-teach bench` (make bench does both).
 """
 
@@ -41,7 +41,7 @@ def machine_line(results: dict[str, Any]) -> str:
 
 
 def bench_table(results: dict[str, Any]) -> str:
-    """The README section: the machine, the ratio figures (the ones to quote), then every figure folded away."""
+    """The benchmark section: the machine, the ratio figures (the ones to quote), then every figure folded away."""
     benches: dict[str, dict[str, Any]] = results.get("benchmarks", {})
     lines = [machine_line(results), "", "| benchmark | figure (ratio, same run) | value |", "| --- | --- | --- |"]
     for bench, figures in benches.items():
@@ -67,7 +67,7 @@ def replace_section(text: str, section: str) -> str:
     """text with everything between the bench markers replaced by section (ValueError if a marker is missing)."""
     start, end = text.find(MARK_START), text.find(MARK_END)
     if start < 0 or end < start:
-        raise ValueError(f"the README needs the markers {MARK_START} and {MARK_END} (in that order)")
+        raise ValueError(f"the page needs the markers {MARK_START} and {MARK_END} (in that order)")
     return text[: start + len(MARK_START)] + "\n" + section.strip() + "\n" + text[end:]
 
 
@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     """`python -m dsgd_teach.bench.report [--results ...] [--readme ...] [--out ...]`."""
     parser = argparse.ArgumentParser(prog="python -m dsgd_teach.bench.report")
     parser.add_argument("--results", type=Path, default=Path("build/bench/results.json"))
-    parser.add_argument("--readme", type=Path, default=Path("README.md"))
+    parser.add_argument("--readme", type=Path, default=Path("docs/benchmarks.md"), help="the page holding the markers")
     parser.add_argument("--out", type=Path, default=Path("build/bench"))
     args = parser.parse_args(argv)
     results = json.loads(args.results.read_text())

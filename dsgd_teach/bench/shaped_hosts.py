@@ -13,8 +13,8 @@ threads at every reduce of every ring step (the star adds on one rank only). Thr
 (dsgd_teach/runtime/worker_settings.py) and the workers here also start with OMP_NUM_THREADS=1. The emulation itself
 holds: a plain TCP flow, alone or three at once around a ring, reaches 23.9 MB/s of the 25 MB/s (200 Mbit/s,
 headers included), and a gloo ring step outside dask matches the fitted model. On a shared 2-core machine the ring,
-whose ranks all need a core at once, is the figure most disturbed by other load. README's benchmark table (a full
-`make bench`, run started 2026-11-23 15:24 UTC on a 2-core machine; chapter 05 quotes it) measured star/ring 2.70
+whose ranks all need a core at once, is the figure most disturbed by other load. The benchmark table
+(docs/benchmarks.md: a full `make bench`, run started 2026-11-23 15:24 UTC on a 2-core machine; chapter 05 quotes it) measured star/ring 2.70
 (N = 3) and 3.50 (N = 4); model error star 7 % and 6 %, ring 16 % and 17 %. An earlier run gave 2.8 and 3.3, and
 the ring's model error at N = 4 reached 36 % while another process took 1.5 of the 2 cores.
 """
