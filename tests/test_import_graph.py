@@ -10,8 +10,6 @@ import ast
 import re
 from pathlib import Path
 
-import pytest
-
 PACKAGE = Path(__file__).resolve().parents[1] / "dsgd_teach"
 
 
@@ -247,8 +245,6 @@ def test_the_exceptions_are_listed_in_both_places_with_their_reasons():
         f"ARCHITECTURE.md lists {sorted(listed.items())}, the test {sorted(EXCEPTIONS.items())}")
 
 
-@pytest.mark.xfail(strict=True, reason="grading/kernel.py's pre-import list still names dsgd_teach.runtime.thread_group "
-                   "(ps11's cells import it); ARCHITECTURE.md lists it")
 def test_the_grading_package_names_none_of_the_courses_modules():
     """Neither an import nor a string: `dsgd_teach.runtime...` written anywhere in grading/ is a dependency too."""
     files = {module_name(p, PACKAGE) for p in PACKAGE.rglob("*.py")}
