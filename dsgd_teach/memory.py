@@ -138,6 +138,12 @@ def worker_baseline() -> int:
     return baseline
 
 
+def min_worker_limit(baseline: int | None = None) -> int:
+    """The smallest per-worker limit that leaves a worker its working room above its imports before the pause."""
+    baseline = worker_baseline() if baseline is None else baseline
+    return int((baseline + WORKING_ROOM_BYTES) / pause_fraction())
+
+
 def plan_worker_memory(n_workers: int, *, baseline: int | None = None, machine: int | None = None,
                        gpu: bool = False, gpu_floor: int = 0) -> MemoryPlan:
     """The per-worker limit: room above the baseline before the pause, more where the machine has it.
@@ -159,7 +165,7 @@ def plan_worker_memory(n_workers: int, *, baseline: int | None = None, machine: 
         )
     budget = min(machine, max(BINDER_BUDGET_BYTES, machine // 2))
     share = (budget - baseline) // n  # the kernel holds about one worker's imports itself
-    floor = int((baseline + WORKING_ROOM_BYTES) / fraction)
+    floor = min_worker_limit(baseline)
     limit = max(share, floor, gpu_floor if gpu else 0)
     return MemoryPlan(limit=limit, baseline=baseline, machine=machine, pause_fraction=fraction, build=build)
 

@@ -3,7 +3,8 @@
 Order of choice: a cluster object handed in (dask-jobqueue, dask-gateway, dask-kubernetes, LocalCluster: the
 course may scale it and scales it back on close); the scheduler named by DSGD_SCHEDULER (or dask's
 `scheduler-address` config) — any dask deployment works, is never resized, and gets the course's worker settings
-through a WorkerPlugin that is removed again on close; else a LocalCUDACluster (one worker per GPU) when
+through a WorkerPlugin that is removed again on close; a new cluster of the student's own from the dask-gateway
+named by dask's `gateway.address` config (DASK_GATEWAY__ADDRESS; see gateway.py), shut down on close; else a LocalCUDACluster (one worker per GPU) when
 dask-cuda is present and there is a GPU for every worker wanted; else a LocalCluster of single-threaded worker
 processes bound to 127.0.0.1, whose workers still use a GPU if they see one. Closing the client closes a cluster
 it started.
@@ -34,6 +35,7 @@ from ..memory import (
     worker_baseline,
 )
 from . import worker_settings
+from .gateway import WORKERS_TIMEOUT_S, gateway_address, new_gateway_cluster
 from .worker_start import worker_start_settings
 from .workers import scale_to
 
@@ -139,7 +141,7 @@ class TorchThreads(WorkerPlugin):
 
 @dataclass
 class ClusterInfo:
-    """How the client was obtained: kind is 'external', 'handed', 'cuda' or 'local'; note says why, in one line."""
+    """How the client was obtained: kind is 'external', 'handed', 'gateway', 'cuda' or 'local'; note says why."""
 
     kind: str
     note: str
@@ -154,6 +156,7 @@ class CourseClient(Client):
     _handed_cluster: object | None = None  # a cluster object the user passed in: scaled, never closed
     _handed_size: int = 0  # its worker count when handed in, restored on close
     _settings_plugin: bool = False  # CourseSettings registered on workers the course did not start
+    _torch_threads: int | None = None  # torch threads per worker where the cluster fixes its cores (a gateway's)
 
     def close(self, *args, **kwargs):  # noqa: ANN002, ANN003 - mirrors Client.close
         """Close the client and, if this client started it, the cluster; leave a deployment as it was found."""
@@ -209,7 +212,8 @@ class CourseClient(Client):
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"cluster did not reach {n_workers} workers within {timeout:.0f} s")
                 time.sleep(0.05)
-        self.register_plugin(TorchThreads(threads_per_worker_process(n_workers)), name=PLUGIN_NAME)
+        threads = self._torch_threads or threads_per_worker_process(n_workers)
+        self.register_plugin(TorchThreads(threads), name=PLUGIN_NAME)
         return _describe(n_workers)
 
 
@@ -289,6 +293,25 @@ def _apply_settings(client: CourseClient) -> str:
     return line
 
 
+def _gateway_client(n: int, memory_limit: int | None) -> tuple[CourseClient, str]:
+    """A client of a new gateway cluster grown to n workers that fit (shut down again if anything fails)."""
+    cluster, note, cores = new_gateway_cluster(memory_limit)
+    try:
+        client = CourseClient(cluster, security=cluster.security, timeout="20s")
+    except BaseException:
+        cluster.close()
+        raise
+    client._owned_cluster, client._torch_threads = cluster, cores
+    client.info = ClusterInfo("gateway", note, client.dashboard_link)
+    try:
+        client.resize(n, timeout=WORKERS_TIMEOUT_S)
+        check_workers_fit(client)
+    except BaseException:  # leave no cluster behind
+        client.close()
+        raise
+    return client, f"{note}: {n} worker(s)"
+
+
 def start_client(
     n_workers: int | None = None,
     *,
@@ -322,6 +345,9 @@ def start_client(
         note = f"connected to the existing scheduler at {address}"
         kind = "external"
         note += "; " + _apply_settings(client)
+    elif gateway_address() is not None:
+        client, note = _gateway_client(n_workers or 2, explicit_limit)
+        kind = "gateway"
     else:
         reason = "GPU use switched off"
         gpus = visible_gpus()

@@ -134,10 +134,13 @@ def one_host_workers(client: Client, n: int) -> list[str]:
     here = [a for h, g in groups.items() if h in mine for a in g]
     if len(here) < n:
         counts = ", ".join(f"{h}: {len(g)}" for h, g in groups.items())
+        where = (f"start {n} workers on the machine running this notebook" if getattr(getattr(client, "info", None),
+                 "kind", "") != "gateway" else "a dask-gateway places workers where its backend decides (on "
+                 "Kubernetes, in pods of their own) and cannot promise them on this machine: run this chapter with "
+                 "DSGD_GATEWAY=off (a LocalCluster in your own server)")
         raise ValueError(
             f"{n} ranks sharing memory need {n} workers on this machine (where the shared block lives), but "
-            f"it has {len(here)} (workers by host: {counts}); start {n} workers on the machine running this "
-            "notebook, or use backend='threads'"
+            f"it has {len(here)} (workers by host: {counts}); {where}, or use backend='threads'"
         )
     return here[:n]
 

@@ -1,0 +1,119 @@
+"""The course on a real dask-gateway-server (the course's deploy/hub/gateway_config.py, local-process backend).
+
+start_client asks the gateway for a cluster of the student's own, grows it as a chapter asks, and shuts it down on
+close; another student can neither see nor stop it; a request past the per-student limits gets a clear error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import nbformat
+import pytest
+
+pytest.importorskip("dask_gateway_server", reason="dask-gateway-server is in the dev extra: pip install -e '.[dev]'")
+
+from dask_gateway import BasicAuth, Gateway, GatewayCluster  # noqa: E402
+from gateway_support import cluster_processes, start_gateway, wait_gone  # noqa: E402
+
+from dsgd_teach.course_runner import COURSE_DIR, execute  # noqa: E402
+from dsgd_teach.memory import WorkerMemoryError, min_worker_limit  # noqa: E402
+from dsgd_teach.runtime.cluster import start_client  # noqa: E402
+from dsgd_teach.runtime.gateway import GatewayLimitError, close_once, gateway_address  # noqa: E402
+from dsgd_teach.runtime.workers import get_workers, scalable_cluster  # noqa: E402
+
+PASSWORD = "course-password"
+#: The chapter run on the gateway: short in smoke mode, and it grows its cluster.
+CHAPTER = "00_live_cluster.ipynb"
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory):
+    """A gateway on free ports of 127.0.0.1: one cluster per student, at most 4 cores a cluster (3 workers and the
+    scheduler), workers of at most 4 GiB."""
+    server = start_gateway(tmp_path_factory.mktemp("gateway"), DSGD_GATEWAY_AUTH="simple",
+                           DSGD_GATEWAY_PASSWORD=PASSWORD, DSGD_GATEWAY_BACKEND="unsafe", DSGD_MAX_CLUSTERS="1",
+                           DSGD_MAX_CORES="4", DSGD_MAX_WORKER_MEMORY="4")
+    try:
+        yield server
+    finally:
+        server.stop()
+    assert cluster_processes() == [], f"gateway clusters outlived the gateway; its log: {server.log}"
+
+
+def as_student(monkeypatch, gateway, user: str) -> None:
+    for name, value in gateway.client_env(user, PASSWORD).items():
+        monkeypatch.setenv(name, value)
+
+
+@contextmanager
+def gateway_as(gateway, user: str) -> Iterator[Gateway]:
+    """A dask_gateway.Gateway client authenticated as user."""
+    gw = Gateway(gateway.address, proxy_address=gateway.proxy_address, auth=BasicAuth(user, PASSWORD))
+    try:
+        yield gw
+    finally:
+        close_once(gw)
+
+
+def running(gateway, user: str) -> list[str]:
+    """Names of the user's pending or running clusters, asked of the gateway as that user."""
+    with gateway_as(gateway, user) as gw:
+        return [c.name for c in gw.list_clusters(status=["pending", "running"])]
+
+
+def test_start_client_asks_the_gateway_for_a_cluster_of_the_students_own(gateway, monkeypatch):
+    as_student(monkeypatch, gateway, "alice")
+    assert gateway_address() == gateway.address
+    with start_client(quiet=True) as client:
+        cluster = scalable_cluster(client)
+        assert client.info.kind == "gateway" and isinstance(cluster, GatewayCluster)
+        assert running(gateway, "alice") == [cluster.name]
+        limits = {w["memory_limit"] for w in client.scheduler_info(n_workers=-1)["workers"].values()}
+        assert len(limits) == 1 and min_worker_limit() <= limits.pop() <= min_worker_limit() + 0.01 * 2**30
+        assert set(client.run(lambda: __import__("torch").get_num_threads()).values()) == {1}
+        grown = get_workers(client, 3)
+        assert grown.enough and len(grown.addresses) == 3
+
+        # another student sees nothing of it and can neither reach nor stop it
+        assert running(gateway, "bob") == []
+        with gateway_as(gateway, "bob") as bob:
+            with pytest.raises(Exception, match="403|lacks permissions"):
+                bob.connect(cluster.name)
+            with pytest.raises(Exception, match="403|lacks permissions"):
+                bob.stop_cluster(cluster.name)
+        assert running(gateway, "alice") == [cluster.name]
+
+        # past the per-student limits: a second cluster, more workers than the gateway's cap
+        with pytest.raises(GatewayLimitError, match="alice already has 1 cluster.*allows 1 per student"):
+            start_client(1, quiet=True)
+        with pytest.raises(GatewayLimitError, match="exceed resource limit of 3 workers"):
+            get_workers(client, 5)
+    assert running(gateway, "alice") == []
+    assert wait_gone(cluster.name) == []
+
+
+def test_a_worker_larger_than_the_gateway_offers_is_refused_before_anything_starts(gateway, monkeypatch):
+    as_student(monkeypatch, gateway, "carol")
+    with pytest.raises(WorkerMemoryError, match="offers at most 4.0 GiB per worker.*asks 8192 MiB"):
+        start_client(2, memory_limit="8GiB", quiet=True)
+    assert running(gateway, "carol") == []
+    monkeypatch.setenv("DSGD_GATEWAY", "off")
+    assert gateway_address() is None
+
+
+@pytest.mark.notebook
+@pytest.mark.timeout(420)
+def test_a_chapter_runs_on_the_gateway_and_leaves_no_cluster(gateway, monkeypatch, tmp_path):
+    as_student(monkeypatch, gateway, "dave")
+    monkeypatch.setenv("DSGD_SMOKE", "1")
+    execute(COURSE_DIR / CHAPTER, tmp_path, timeout_s=300, html=False)
+    nb = nbformat.read(tmp_path / CHAPTER, as_version=4)
+    errors = [f"{o.get('ename')}: {o.get('evalue')}" for c in nb.cells for o in c.get("outputs", [])
+              if o.output_type == "error"]
+    assert not errors, errors
+    text = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))
+    assert "dask-gateway cluster" in text, "the chapter did not run on the gateway"
+    assert running(gateway, "dave") == []
+    assert wait_gone(None) == []
