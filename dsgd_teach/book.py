@@ -44,6 +44,14 @@ guide
 ```
 
 ```{{toctree}}
+:caption: Guide pages
+:maxdepth: 1
+:glob:
+
+docs/*
+```
+
+```{{toctree}}
 :caption: Worked solutions
 :maxdepth: 1
 :glob:

@@ -175,7 +175,8 @@ def _unlink_missing_everywhere(src: Path) -> None:
 
 
 def stage(executed_dir: Path, src: Path, binder_repo: str | None = None, course: Path = COURSE) -> list[Path]:
-    """Write the book's sources into src: chapters, notation, solutions, assignments, guide; return the chapters."""
+    """Write the book's sources into src: chapters, notation, solutions, assignments, guide and its pages; return the
+    chapters."""
     if src.exists():
         shutil.rmtree(src)
     (src / "solutions").mkdir(parents=True)
@@ -192,5 +193,10 @@ def stage(executed_dir: Path, src: Path, binder_repo: str | None = None, course:
         (src / "assignments" / f"{notebook.stem}.md").write_text(_page(assignment_text(notebook), "", chapters, "../"))
     readme = (ROOT / "README.md").read_text().replace("](course/", "](")
     (src / "guide.md").write_text(re.sub(r"\A# .*", "# Guide: set-up, teaching and grading", readme, count=1))
+    (src / "docs").mkdir()
+    for path in sorted((ROOT / "docs").glob("*.md")):  # the pages the README links to, the README being the guide
+        text = path.read_text().replace("[README](../README.md", "[guide](../guide.md").replace("](../README.md", "](../guide.md")
+        text = text.replace("](../course/", "](../")
+        (src / "docs" / path.name).write_text(_page(text, "", chapters, "../"))
     _unlink_missing_everywhere(src)
     return staged
