@@ -163,34 +163,29 @@ def layer_of(module: str, rules: list[tuple[str, str]]) -> str | None:
 
 
 def defining_edges(root: Path) -> set[tuple[str, str]]:
-    """(importer, module) pairs, a name taken from a package's __init__ counted from the module that defines it there."""
-    graph, _ = import_edges(root)
+    """(importer, module) pairs as import_edges reads them, except that a name taken from a package's __init__, which
+    the __init__ imports at its top from one of the package's modules, counts as imported from that module."""
     files = {module_name(p, root): p for p in root.rglob("*.py")}
     faces: dict[str, dict[str, str]] = {}  # package -> {name its __init__ imports from one of its modules: module}
     for name, path in files.items():
         if path.name == "__init__.py":
-            faces[name] = {a.asname or a.name: f"{name}.{node.module}"
-                           for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.ImportFrom)
-                           and node.level == 1 and node.module and f"{name}.{node.module}" in files
-                           for a in node.names}
+            faces[name] = {a.asname or a.name: f"{name}.{node.module}" for node in ast.parse(path.read_text()).body
+                           if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module
+                           and f"{name}.{node.module}" in files for a in node.names}
     edges: set[tuple[str, str]] = set()
     for name, path in files.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.module:
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Import):
+                edges |= {(name, a.name) for a in node.names if a.name in files}
+            elif isinstance(node, ast.ImportFrom):
                 base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
-                target = ".".join([*base, node.module])
-                if target in faces and target != name:
-                    for alias in node.names:
-                        if alias.name in faces[target]:
-                            edges.add((name, faces[target][alias.name]))
-                        elif target in graph[name]:
-                            edges.add((name, target))
-    for name, targets in graph.items():  # every other import as the graph reads it
-        for target in targets:
-            if target not in faces or not any(e == (name, target) or e[0] == name and e[1].startswith(target + ".")
-                                              for e in edges):
-                edges.add((name, target))
+                target = ".".join(base + ([node.module] if node.module else []))
+                for alias in node.names:
+                    if f"{target}.{alias.name}" in files:  # `from . import module`
+                        edges.add((name, f"{target}.{alias.name}"))
+                    elif target in files:
+                        edges.add((name, faces.get(target, {}).get(alias.name, target)))
     return {(a, b) for a, b in edges if a != b}
 
 
