@@ -88,3 +88,29 @@ def test_the_readme_links_every_docs_page():
 def test_the_readme_stays_short():
     size = len((ROOT / "README.md").read_text())
     assert size <= README_LIMIT, f"README.md has {size} characters (at most {README_LIMIT}): move detail into docs/"
+
+
+def benchmark_figures(text: str) -> dict[str, str]:
+    """'bench.figure' -> value as written, for every row of docs/benchmarks.md's tables (last occurrence wins)."""
+    rows = re.findall(r"^\|\s*(\w+)\s*\|\s*(\w+)\s*\|\s*([^|]+?)\s*\|\s*$", text, re.M)
+    return {f"{bench}.{figure}": value for bench, figure, value in rows}
+
+
+def headline_ratios(text: str) -> list[tuple[str, str]]:
+    """('bench.figure', value) quoted by the README's Benchmarks section; `x_{3,4}y` and 'a, b' expand in order."""
+    section = text.split("## Benchmarks", 1)[1].split("\n## ", 1)[0]
+    out = []
+    for name, values in re.findall(r"^\|[^|]*\|\s*`([\w.{},]+)`\s*\|\s*([^|]+?)\s*\|\s*$", section, re.M):
+        brace = re.search(r"\{([\d,]+)\}", name)
+        names = [name.replace(brace.group(0), n) for n in brace.group(1).split(",")] if brace else [name]
+        out += list(zip(names, [v.strip() for v in values.split(",")], strict=True))
+    return out
+
+
+def test_the_readme_quotes_its_headline_ratios_from_the_benchmark_page():
+    quoted = headline_ratios((ROOT / "README.md").read_text())
+    table = benchmark_figures((ROOT / "docs" / "benchmarks.md").read_text())
+    assert len(quoted) >= 5, "the README quotes a few headline ratios"
+    wrong = [f"{name}: README {value}, docs/benchmarks.md {table.get(name, 'nothing')}" for name, value in quoted
+             if table.get(name) != value]
+    assert not wrong, "headline ratios that differ from the benchmark table: " + "; ".join(wrong)
