@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 # pytest-xdist workers for `make test` (each runs whole test files; the slow files go first, see tests/conftest.py)
 JOBS   ?= 2
 
-.PHONY: install lab test compat lint course book bench assignments browser-deps sandbox-deps clean
+.PHONY: install lab test compat lint course book bench assignments browser-deps sandbox-deps hub-deps clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,7 +29,7 @@ lint: $(STAMP)
 # The compat environment (below) downloads, installs and runs its own tests while the main suite runs (its output
 # is printed after the main suite's). The main suite runs in JOBS pytest-xdist workers, one test file per worker at
 # a time.
-test: $(STAMP) lint browser-deps sandbox-deps
+test: $(STAMP) lint browser-deps sandbox-deps hub-deps
 	@mkdir -p build; bash scripts/compat_test.sh $(PY) > build/compat.log 2>&1 & compat=$$!; \
 	$(PY) -m pytest -n $(JOBS) --dist loadfile --no-loadscope-reorder; status=$$?; wait $$compat; compat_status=$$?; \
 	cat build/compat.log; [ $$status -eq 0 ] || exit $$status; exit $$compat_status
@@ -59,6 +59,17 @@ browser-deps: $(STAMP)
 	@command -v chromium >/dev/null 2>&1 || command -v /usr/bin/chromium >/dev/null 2>&1 || \
 	  { if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	    else echo "chromium missing: install it (e.g. sudo apt-get install chromium); browser tests will skip"; fi; }
+
+# The course's hub (deploy/hub, tests/test_hub.py) puts configurable-http-proxy, an npm package, in front of
+# JupyterHub: installed into .venv/chp unless it is on PATH (npm itself from Debian when root).
+CHP_VERSION := 5.3.0
+hub-deps: $(STAMP)
+	@command -v configurable-http-proxy >/dev/null 2>&1 || test -x $(VENV)/chp/node_modules/.bin/configurable-http-proxy || \
+	  { command -v npm >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && apt-get update -qq && \
+	      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm >/dev/null; } || true; \
+	    if command -v npm >/dev/null 2>&1; then \
+	      npm install --prefix $(VENV)/chp --no-audit --no-fund --silent configurable-http-proxy@$(CHP_VERSION); \
+	    else echo "npm missing: install it (e.g. sudo apt-get install npm); the hub tests will skip"; fi; }
 
 # `dsgd-teach grade` runs every grading kernel in a bubblewrap sandbox (and refuses to grade without one).
 sandbox-deps:

@@ -18,7 +18,8 @@
 #   DSGD_MAX_CORES             cores per cluster                                                       [4]
 #   DSGD_MAX_MEMORY            memory per cluster (bytes or '8 G')                                     [8 G]
 #   DSGD_MAX_WORKER_MEMORY     the largest worker a student may ask for, GiB                           [4]
-#   DSGD_IDLE_TIMEOUT          seconds without a task before a cluster is shut down                    [1800]
+#   DSGD_IDLE_TIMEOUT          seconds without a task before a cluster is shut down (a student may ask
+#                              for less, never more)                                                   [1800]
 #
 # A port of 0 lets the gateway choose a free one; it prints the addresses it listens at when it starts.
 import os
@@ -85,20 +86,25 @@ c.ClusterConfig.worker_cmd = [sys.executable, "-m", "distributed.cli.dask_worker
 c.ClusterConfig.cluster_max_workers = int(env("DSGD_MAX_WORKERS", "4"))
 c.ClusterConfig.cluster_max_cores = float(env("DSGD_MAX_CORES", "4"))
 c.ClusterConfig.cluster_max_memory = env("DSGD_MAX_MEMORY", "8 G")
-c.ClusterConfig.idle_timeout = float(env("DSGD_IDLE_TIMEOUT", "1800"))
+IDLE_TIMEOUT = float(env("DSGD_IDLE_TIMEOUT", "1800"))
+c.ClusterConfig.idle_timeout = IDLE_TIMEOUT
 c.ClusterConfig.worker_cores = 1
 c.ClusterConfig.worker_memory = "1 G"
 
 
-def worker_size(options):
+def cluster_settings(options):
     """The options a student may set, turned into the cluster's configuration (memory in bytes)."""
-    return {"worker_cores": options.worker_cores, "worker_memory": int(options.worker_memory * 2**30)}
+    return {"worker_cores": options.worker_cores, "worker_memory": int(options.worker_memory * 2**30),
+            "idle_timeout": options.idle_timeout}
 
 
-# What a student may choose for each worker: the course asks for one core and the memory a worker needs.
+# What a student may choose: the course asks for one core and the memory a worker needs; a student may also ask
+# for a shorter idle time-out than the course's (dask config gateway.cluster.options: {idle_timeout: 300}).
 c.Backend.cluster_options = Options(
     Integer("worker_cores", default=1, min=1, max=2, label="Worker cores"),
     Float("worker_memory", default=1.0, min=0.5, max=float(env("DSGD_MAX_WORKER_MEMORY", "4")),
           label="Worker memory (GiB)"),
-    handler=worker_size,
+    Float("idle_timeout", default=IDLE_TIMEOUT, min=min(10.0, IDLE_TIMEOUT), max=IDLE_TIMEOUT,
+          label="Idle time-out (s)"),
+    handler=cluster_settings,
 )

@@ -1,0 +1,142 @@
+"""A class on the course's hub (deploy/hub): JupyterHub, configurable-http-proxy and dask-gateway-server, all real.
+
+Three students log in through the hub's login page, start their servers through its REST API, and run chapter 00 at
+the same time in real kernels, each on a gateway cluster of their own. A student's client reaches only their own
+clusters; a second cluster past the per-student limit gets a clear message in the notebook; stopping a server, or
+the gateway's idle time-out for a student who left a cluster running, leaves no cluster and no process behind; the
+lecturer sees every student's clusters through the hub (deploy/hub/class_clusters.py).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import threading
+import time
+
+import psutil
+import pytest
+
+pytest.importorskip("jupyterhub", reason="JupyterHub is in the dev extra: pip install -e '.[dev]'")
+pytest.importorskip("dask_gateway_server", reason="dask-gateway-server is in the dev extra: pip install -e '.[dev]'")
+
+from gateway_support import cluster_processes, wait_gone  # noqa: E402
+from hub_support import ROOT, Student, chp_command, start_hub  # noqa: E402
+
+from dsgd_teach.course_runner import COURSE_DIR  # noqa: E402
+
+PASSWORD = "course-password-2026"
+STUDENTS = ("ada", "ben", "cy")
+CHAPTER = "00_live_cluster.ipynb"
+#: The gateway shuts a cluster down after this many seconds without a task: the course's limit (DSGD_IDLE_TIMEOUT)
+#: is long, since a chapter on a loaded machine may spend a minute without a task; a student may ask for less.
+IDLE_LIMIT_S, IDLE_S = 900, 40
+
+pytestmark = pytest.mark.skipif(chp_command() is None, reason="configurable-http-proxy is missing and could not be "
+                                "installed: `make hub-deps` installs it with npm (npm missing here)")
+
+
+def lecturer_tool():
+    spec = importlib.util.spec_from_file_location("class_clusters", ROOT / "deploy" / "hub" / "class_clusters.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory):
+    """The course's hub on free ports of 127.0.0.1: shared password, local-process servers and clusters, one
+    cluster per student."""
+    server = start_hub(tmp_path_factory.mktemp("hub"), PASSWORD, DSGD_MAX_CLUSTERS="1",
+                       DSGD_IDLE_TIMEOUT=str(IDLE_LIMIT_S))
+    try:
+        yield server
+    finally:
+        server.stop()
+    assert cluster_processes() == [], f"gateway clusters outlived the hub; its log: {server.log}"
+
+
+def servers_of(user: str) -> list[psutil.Process]:
+    """Live processes started for a student's server (JupyterHub sets JUPYTERHUB_USER in them and their kernels)."""
+    found = []
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            if proc.environ().get("JUPYTERHUB_USER") == user and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+        except (psutil.Error, OSError):
+            continue
+    return found
+
+
+def run_chapter(student: Student, results: dict[str, object]) -> None:
+    """The student's chapter in a kernel of their server; what it printed (or the exception) goes to results."""
+    try:
+        kernel = student.kernel()
+        kernel.execute(f"import os; os.chdir({str(COURSE_DIR)!r})")
+        results[student.name] = kernel.run_notebook(COURSE_DIR / CHAPTER, timeout_s=300)
+        kernel.close()
+    except BaseException as exc:  # reported by the main thread
+        results[student.name] = exc
+
+
+@pytest.mark.notebook
+@pytest.mark.timeout(900)
+def test_a_class_runs_a_chapter_at_once_each_on_their_own_cluster(hub):
+    tool = lecturer_tool()
+    gateway = f"{hub.url}/services/dask-gateway"
+    students = [Student(hub, name, PASSWORD) for name in STUDENTS]
+    for student in students:
+        student.start_server()
+
+    results: dict[str, object] = {}
+    threads = [threading.Thread(target=run_chapter, args=(s, results)) for s in students]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=600)
+    assert not any(t.is_alive() for t in threads), "a chapter did not finish within 600 s"
+    failed = {name: out for name, out in results.items() if isinstance(out, BaseException)}
+    assert not failed, failed
+    names = {s: re.findall(r"dask-gateway cluster (\w+)", results[s]) for s in STUDENTS}
+    assert all(len(n) >= 1 for n in names.values()), f"a chapter did not run on the gateway: {names}"
+    assert len({n[0] for n in names.values()}) == 3, f"students shared a cluster: {names}"
+    assert tool.class_clusters(f"{hub.url}/hub/api", hub.admin_token, gateway) == {s: [] for s in STUDENTS}
+
+    # cy leaves a cluster running (asking for a short idle time-out); ada can neither see it nor reach it; cy's
+    # second cluster is past the limit
+    ada, ben, cy = students
+    ada_kernel, cy_kernel = ada.kernel(), cy.kernel()
+    _, errors = ada_kernel.execute("from dask_gateway import Gateway")
+    assert not errors, errors
+    printed, errors = cy_kernel.execute(f"import dask\ndask.config.set({{'gateway.cluster.options': "
+                                        f"{{'idle_timeout': {IDLE_S}}}}})\nfrom dsgd_teach import start_client\n"
+                                        "held = start_client(1)")
+    assert not errors, errors
+    held = re.search(r"dask-gateway cluster (\w+)", printed).group(1)
+    _, errors = cy_kernel.execute("second = start_client(1)")
+    assert len(errors) == 1 and "GatewayLimitError" in errors[0] and "cy already has 1 cluster" in errors[0], errors
+    printed, errors = ada_kernel.execute("print(Gateway().list_clusters())")
+    assert not errors and printed.strip() == "[]", (printed, errors)
+    _, errors = ada_kernel.execute(f"Gateway().connect({held!r})")
+    assert len(errors) == 1 and ("403" in errors[0] or "lacks permissions" in errors[0]), errors
+    ada_kernel.close()
+    assert tool.class_clusters(f"{hub.url}/hub/api", hub.admin_token, gateway) == {"ada": [], "ben": [], "cy": [held]}
+
+    # ada and ben stop their servers: nothing of theirs is left
+    for student in (ada, ben):
+        student.stop_server()
+    deadline = time.monotonic() + 60
+    while (servers_of("ada") or servers_of("ben")) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert servers_of("ada") == [] and servers_of("ben") == []
+
+    # cy closes the tab: the kernel still holds the cluster, the gateway's idle time-out ends it
+    cy_kernel.close()
+    deadline = time.monotonic() + IDLE_S * 3
+    while tool.class_clusters(f"{hub.url}/hub/api", hub.admin_token, gateway, users=["cy"])["cy"]:
+        assert time.monotonic() < deadline, f"cy's idle cluster {held} outlived the {IDLE_S} s idle time-out"
+        time.sleep(2)
+    assert wait_gone(held) == []
+    cy.stop_server()
+    assert servers_of("cy") == []
+    assert wait_gone(None) == []
