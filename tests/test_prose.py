@@ -163,12 +163,12 @@ def test_staleness_counting_convention_is_explained():
 
 # --- numbers in the prose ----------------------------------------------------------------------------------
 
-PROVENANCE = re.compile(r"README|\d{4}-\d{2}-\d{2}|Table \d|printed|your (?:own )?run")
+PROVENANCE = re.compile(r"docs/benchmarks\.md|\d{4}-\d{2}-\d{2}|Table \d|printed|your (?:own )?run")
 
 
 @pytest.mark.parametrize("prefix", ["02", "08", "09", "11"])
 def test_measured_ratios_say_where_they_come_from(prefix):
-    """A cell that quotes a measured ratio (1.48x) names its source: the README table with its date, a paper's
+    """A cell that quotes a measured ratio (1.48x) names its source: the benchmark page with its date, a paper's
     table, or the learner's own run."""
     for cell in cells(chapter(prefix)):
         ratios = re.findall(r"\d+\.\d+\s*×", cell)
@@ -176,11 +176,11 @@ def test_measured_ratios_say_where_they_come_from(prefix):
             assert PROVENANCE.search(cell), f"{prefix}: bare past figures {ratios} in: {cell[:200]}..."
 
 
-def test_hogwild_quotes_the_readme_benchmark():
-    """Chapter 02 quotes the README's benchmark with its date, not figures from unnamed past runs."""
+def test_hogwild_quotes_the_benchmark_page():
+    """Chapter 02 quotes docs/benchmarks.md with its date, not figures from unnamed past runs."""
     body = text(chapter("02"))
     assert "0.89–0.92" not in body
-    cell = next(c for c in cells(chapter("02")) if "README" in c and "×" in c)
+    cell = next(c for c in cells(chapter("02")) if "docs/benchmarks.md" in c and "×" in c)
     assert re.search(r"\d{4}-\d{2}-\d{2}", cell) and "2-core" in cell
 
 

@@ -62,7 +62,7 @@ def machine() -> dict[str, Any]:
 def run_all(out_dir: Path = Path("build/bench"), only: list[str] | None = None) -> dict[str, Any]:
     """Measure every available benchmark module (or those in `only`); failures are recorded, not fatal.
 
-    With `only`, the other benchmarks keep their figures from the previous results.json, so the README table
+    With `only`, the other benchmarks keep their figures from the previous results.json, so the table in docs/benchmarks.md
     rewritten from it still lists every benchmark.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
