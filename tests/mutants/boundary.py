@@ -19,4 +19,4 @@ VARIANTS = {"ps01_sgd": edges_a.PS01, "ps02_hogwild": edges_a.PS02, "ps03_ps": e
             "ps06_threads": edges_b.PS06,
             "ps07_model_parallel": edges_b.PS07, "ps08_averaging": edges_b.PS08, "ps09_onebit": edges_c.PS09,
             "ps10_sim": edges_c.PS10, "ps11_ring_comm": edges_c.PS11,
-            "ps12_sharding": edges_c.PS12}
+            "ps12_sharding": edges_c.PS12, "ps13_transformer": edges_c.PS13}

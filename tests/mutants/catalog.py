@@ -8,6 +8,7 @@ from __future__ import annotations
 from .boundary import VARIANTS as BOUNDARY_VARIANTS
 from .harness import R, Variant, W, swap
 from .ps12_sharding import PS12
+from .ps13_transformer import PS13
 
 _SAMPLER = """
 def minibatch_indices(n, batch_size, step, seed):
@@ -1260,6 +1261,7 @@ CATALOG: dict[str, list[Variant]] = {
     "ps09_onebit": PS09, "ps10_sim": PS10,
     "ps11_ring_comm": PS11,
     "ps12_sharding": PS12,
+    "ps13_transformer": PS13,
 }
 for _name, _extra in BOUNDARY_VARIANTS.items():
     CATALOG[_name] = CATALOG[_name] + _extra

@@ -1,4 +1,4 @@
-"""Boundary mutants for ps09-ps12 (issue 45): one wrong solution per applicable boundary class and question, each
+"""Boundary mutants for ps09-ps13 (issue 45): one wrong solution per applicable boundary class and question, each
 caught by a fixed hidden case at every seed. `COVERAGE` names, per question and class, the mutant (new here or
 already in the catalog) or why the class does not apply."""
 
@@ -153,4 +153,64 @@ COVERAGE["ps12_sharding"] = {
            "itemsize": "12 bytes of optimizer state in fp32 too",
            "limit": "[limit] smallest_world never tries max_n itself",
            "edge": "no N fits: returns max_n instead of None"},
+}
+
+PS13 = [
+    W("[dtype] block attention writes o into np.zeros_like(v): integer values truncated", "q1", """
+def block_attention(q, k, v, mask=None):
+    scores = np.asarray(q) @ np.asarray(k).T / np.sqrt(np.shape(q)[1])
+    if mask is not None:
+        scores = np.where(mask, scores, -np.inf)
+    top = scores.max(axis=1, keepdims=True)
+    top = np.where(np.isfinite(top), top, 0.0)
+    weights = np.exp(scores - top)
+    total = weights.sum(axis=1, keepdims=True)
+    with np.errstate(divide="ignore"):
+        ell = (top + np.log(total))[:, 0]
+    o = np.zeros((len(scores), np.shape(v)[1]), dtype=np.asarray(v).dtype)
+    o[:] = np.where(total > 0, weights @ v / np.where(total > 0, total, 1.0), 0.0)
+    return o, ell
+"""),
+    W("[dtype] gates kept in an array of the logits' dtype: integer logits truncate them", "q3", """
+def route(logits, top_k, capacity_factor):
+    raw = np.asarray(logits)
+    n_experts = raw.shape[-1]
+    flat = raw.reshape(-1, n_experts)
+    tokens = len(flat)
+    probs = np.exp(flat - flat.max(axis=1, keepdims=True))
+    probs /= probs.sum(axis=1, keepdims=True)
+    expert = np.argsort(-probs, axis=1, kind="stable")[:, :top_k]
+    chosen = np.take_along_axis(probs, expert, axis=1)
+    gate = np.zeros_like(flat[:, :top_k])
+    gate[:] = chosen if top_k == 1 else chosen / chosen.sum(axis=1, keepdims=True)
+    capacity = math.ceil(capacity_factor * tokens * top_k / n_experts)
+    filled = np.zeros(n_experts, dtype=int)
+    keep = np.zeros((tokens, top_k), dtype=bool)
+    for choice in range(top_k):
+        for t in range(tokens):
+            e = expert[t, choice]
+            keep[t, choice] = filled[e] < capacity
+            filled[e] += 1
+    return {"expert": expert, "gate": gate, "keep": keep, "capacity": capacity,
+            "tokens_per_expert": np.bincount(expert.ravel(), minlength=n_experts),
+            "kept_per_expert": np.bincount(expert[keep], minlength=n_experts),
+            "dropped_tokens": int((~keep.any(axis=1)).sum())}
+"""),
+]
+
+COVERAGE["ps13_transformer"] = {
+    "q1": {"order": "n/a: the merge is symmetric in its two blocks, and the rows keep the queries' order",
+           "dtype": "[dtype] block attention writes o into np.zeros_like(v): integer values truncated",
+           "itemsize": "n/a: no byte counts",
+           "limit": "block attention without subtracting the row's largest score (overflows)",
+           "edge": "merge as l1 + log1p(exp(l2 - l1)): fails when the first block is masked"},
+    "q2": {"order": "axes read the wrong way round: tensor outermost, pipeline fastest",
+           "dtype": "n/a: sizes, coordinates and ranks are integers", "itemsize": "n/a: no byte counts",
+           "limit": "an axis of size 1 has no groups",
+           "edge": "every axis's groups strided by N / size (right for the outermost axis only)"},
+    "q3": {"order": "slots claimed token by token (each token's choices together), not first choices first",
+           "dtype": "[dtype] gates kept in an array of the logits' dtype: integer logits truncate them",
+           "itemsize": "n/a: no byte counts",
+           "limit": "an expert keeps capacity + 1 assignments (off by one)",
+           "edge": "capacity counted per sequence: each sequence routed as its own group"},
 }

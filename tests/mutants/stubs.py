@@ -26,6 +26,10 @@ def _ceil(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def _rows(logits: Any) -> int:
+    return int(np.prod(np.shape(logits)[:-1]))
+
+
 ZEROS: dict[str, Callable[..., Any]] = {  # per function: what a stub returns for inputs it has not seen
     "minibatch_indices": lambda n, b, step, seed: np.zeros(min(b, n), dtype=int),
     "logistic_grad": lambda w, X, y: _z(len(w)),
@@ -74,6 +78,15 @@ ZEROS: dict[str, Callable[..., Any]] = {  # per function: what a stub returns fo
     "rank_bytes": lambda units, n, stage, precision="mixed": {"params": 0, "grads": 0, "optimizer": 0, "total": 0},
     "elements_sent": lambda units, n, stage: 0,
     "smallest_world": lambda *a, **k: 0,
+    "block_attention": lambda q, k, v, mask=None: (_z(len(q), np.shape(v)[1]), _z(len(q))),
+    "merge": lambda o1, l1, o2, l2: (_z(*np.shape(o1)), _z(len(l1))),
+    "mesh_rank": lambda sizes, coords: 0,
+    "axis_groups": lambda sizes, axis: [],
+    "route": lambda logits, top_k, capacity_factor: {
+        "expert": np.zeros((_rows(logits), top_k), dtype=int), "gate": _z(_rows(logits), top_k),
+        "keep": np.zeros((_rows(logits), top_k), dtype=bool), "capacity": 0,
+        "tokens_per_expert": [0] * np.shape(logits)[-1], "kept_per_expert": [0] * np.shape(logits)[-1],
+        "dropped_tokens": 0},
 }
 FAMILIES = {"zeros": ZEROS, "none": None}  # "none": every unseen call returns None and changes nothing
 
