@@ -1,6 +1,6 @@
 """ps13's hidden oracles equal chapter 10's code: full attention and the package's block attention and merge, the
-mesh numbering and `Layout.groups` (itself held to torch's init_device_mesh in test_transformer_mesh), and the
-routing of `experts.route`.
+mesh numbering and `Layout.groups` (itself held to torch's init_device_mesh in test_transformer_mesh), the routing
+of `experts.route`, and predict.py's bytes per axis without the weights' gradient allreduces.
 
 The oracles live in the notebook (a grading kernel cannot import dsgd_teach.transformer: its package imports
 dask.distributed, which the grading fence stops), so this test is what ties them to the package.
@@ -20,6 +20,8 @@ from mutants import harness
 from dsgd_teach.grading.notebook import nbgrader_meta
 from dsgd_teach.transformer import experts, ring_attention
 from dsgd_teach.transformer.mesh import MESH_ORDER, Layout
+from dsgd_teach.transformer.model import GPTShape
+from dsgd_teach.transformer.predict import Plan, axis_bytes, replicated_params, ring_allreduce, stage_params
 
 NAME = "ps13_transformer"
 
@@ -95,3 +97,23 @@ def test_routing_oracle_is_experts_route(oracles) -> None:
         np.testing.assert_allclose(got["gate"], r.gate.numpy(), rtol=1e-6)  # the package routes in float32
         assert [got[key] for key in ("tokens_per_expert", "kept_per_expert", "dropped_tokens")] == \
             [stats[key] for key in ("tokens_per_expert", "kept_per_expert", "dropped_tokens")]
+
+
+def test_bytes_oracle_is_predict_s_axis_bytes_without_the_gradient_allreduces(oracles) -> None:
+    rng = np.random.default_rng(2)
+    for _ in range(60):
+        tp, pp, cp = (int(x) for x in rng.choice([1, 2, 4], 3))
+        heads, m, b = tp * int(rng.integers(1, 3)), int(rng.integers(1, 5)), int(rng.integers(1, 4))
+        shape = GPTShape(vocab=16, seq_len=2 * cp * tp * int(rng.integers(1, 4)), width=heads * 2, heads=heads,
+                         layers=pp * int(rng.integers(1, 3)))
+        plan = Plan(tp=tp, pp=pp, cp=cp, batch=b * m, microbatches=m, itemsize=int(rng.choice([2, 4])),
+                    sequence_parallel=bool(rng.integers(0, 2)))
+        stage = int(rng.integers(0, pp))
+        want = axis_bytes(shape, plan, stage)
+        if plan.sequence_parallel:  # the allreduce of the weights every tensor rank holds whole
+            want["tp"] -= ring_allreduce(tp, replicated_params(shape, plan, stage))[1] * plan.itemsize
+        if cp > 1:  # the allreduce of the weights' gradients over the context ranks
+            want["cp"] -= ring_allreduce(cp, stage_params(shape, plan, stage))[1] * plan.itemsize
+        got = oracles["_ref_bytes"](b, shape.seq_len, shape.width, shape.layers, m, tp, pp, cp, stage, plan.itemsize,
+                                    plan.sequence_parallel)
+        assert got == pytest.approx({axis: want[axis] for axis in ("tp", "pp", "cp")}, rel=1e-12, abs=1e-6), (shape, plan)

@@ -213,4 +213,8 @@ COVERAGE["ps13_transformer"] = {
            "itemsize": "n/a: no byte counts",
            "limit": "an expert keeps capacity + 1 assignments (off by one)",
            "edge": "capacity counted per sequence: each sequence routed as its own group"},
+    "q4": {"order": "n/a: a dict of three sums", "dtype": "n/a: sizes are integers",
+           "itemsize": "bytes from 4 bytes per element whatever itemsize",
+           "limit": "every stage counted with two boundaries",
+           "edge": "sequence parallelism ignored across stage boundaries"},
 }

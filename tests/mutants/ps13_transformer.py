@@ -71,6 +71,17 @@ def route(logits, top_k, capacity_factor):
             "dropped_tokens": int((~keep.any(axis=1)).sum())}
 """
 
+_BYTES = """
+def activation_bytes(b, s, h, layers, m, tp, pp, cp, stage, itemsize=4, sequence_parallel=False):
+    tokens, blocks = s // cp, layers // pp
+    rows = b * tokens * h
+    tp_elements = 4 * blocks * m * 2 * (tp - 1) / tp * rows
+    boundaries = (stage > 0) + (stage < pp - 1)
+    pp_elements = boundaries * m * (rows // tp if sequence_parallel else rows)
+    cp_elements = blocks * m * (6 * (cp - 1) + 2) * rows // tp if cp > 1 else 0
+    return {"tp": tp_elements * itemsize, "pp": pp_elements * itemsize, "cp": cp_elements * itemsize}
+"""
+
 
 PS13 = [
     # q1: a block's partial attention and the online-softmax merge
@@ -167,14 +178,6 @@ def axis_groups(sizes, axis):
 """),
     W("an axis of size 1 has no groups", "q2",
       swap(_MESH, ("    return sorted(groups.values())", "    return sorted(groups.values()) if sizes[axis] > 1 else []"))),
-    W("the stride of an axis from the sizes outside it, not inside", "q2", """
-def axis_groups(sizes, axis):
-    order = ("pp", "dp", "cp", "tp")
-    world = sizes["pp"] * sizes["dp"] * sizes["cp"] * sizes["tp"]
-    stride = int(np.prod([sizes[a] for a in order[:order.index(axis)]]))
-    starts = sorted({r for r in range(world) if (r // stride) % sizes[axis] == 0})
-    return sorted([s + i * stride for i in range(sizes[axis])] for s in starts)
-"""),
     R("numpy: arange(N).reshape(p, N_dp, N_cp, N_tp), the axis moved last", "q2", """
 def mesh_rank(sizes, coords):
     shape = [sizes[a] for a in ("pp", "dp", "cp", "tp")]
@@ -286,5 +289,53 @@ def route(logits, top_k, capacity_factor):
     return {"expert": expert, "gate": gate, "keep": keep, "capacity": capacity,
             "tokens_per_expert": routed, "kept_per_expert": kept,
             "dropped_tokens": sum(not any(row) for row in keep)}
+"""),
+    # q4: bytes per axis
+    W("tensor axis: the 2 forward allreduces only", "q4", swap(_BYTES, ("4 * blocks * m * 2", "2 * blocks * m * 2"))),
+    W("tensor axis: an allreduce sends its whole tensor, not 2 (N - 1)/N of it", "q4",
+      swap(_BYTES, ("4 * blocks * m * 2 * (tp - 1) / tp * rows", "4 * blocks * m * rows * (tp > 1)"))),
+    W("every stage counted with two boundaries", "q4",
+      swap(_BYTES, ("boundaries = (stage > 0) + (stage < pp - 1)", "boundaries = 2 if pp > 1 else 0"))),
+    W("sequence parallelism ignored across stage boundaries", "q4",
+      swap(_BYTES, ("(rows // tp if sequence_parallel else rows)", "rows"))),
+    W("context ring counted forward only", "q4", swap(_BYTES, ("(6 * (cp - 1) + 2)", "2 * (cp - 1)"))),
+    W("context blocks hold every head (not divided by N_tp)", "q4",
+      swap(_BYTES, ("(6 * (cp - 1) + 2) * rows // tp", "(6 * (cp - 1) + 2) * rows"))),
+    W("bytes from 4 bytes per element whatever itemsize", "q4",
+      swap(_BYTES, ('{"tp": tp_elements * itemsize, "pp": pp_elements * itemsize, "cp": cp_elements * itemsize}',
+                    '{"tp": tp_elements * 4, "pp": pp_elements * 4, "cp": cp_elements * 4}'))),
+    W("tensor and context traffic from the whole sequence, not the rank's s / N_cp tokens", "q4",
+      swap(_BYTES, ("tokens, blocks = s // cp, layers // pp", "tokens, blocks = s, layers // pp"),
+           ("pp_elements = boundaries * m * (rows // tp if sequence_parallel else rows)",
+            "pp_elements = boundaries * m * (b * (s // cp) * h // tp if sequence_parallel else b * (s // cp) * h)"),
+           ("cp_elements = blocks * m * (6 * (cp - 1) + 2) * rows // tp if cp > 1 else 0",
+            "cp_elements = blocks * m * (6 * (cp - 1) + 2) * (b * (s // cp) * h) // tp if cp > 1 else 0"))),
+    R("message by message: each collective's messages and sizes, summed", "q4", """
+def activation_bytes(b, s, h, layers, m, tp, pp, cp, stage, itemsize=4, sequence_parallel=False):
+    act = b * (s // cp) * h
+    sent = {"tp": 0.0, "pp": 0, "cp": 0}
+    for _ in range(layers // pp):
+        for _ in range(m):
+            for _ in range(4):  # two allreduces forward, two backward: reduce-scatter + all-gather, N - 1 chunks each
+                sent["tp"] += 2 * (tp - 1) * (act / tp)
+            if cp > 1:
+                block = act // tp
+                sent["cp"] += (cp - 1) * 2 * block + (cp - 1) * 4 * block + 2 * block
+    crossing = act // tp if sequence_parallel else act
+    if stage < pp - 1:
+        sent["pp"] += m * crossing
+    if stage > 0:
+        sent["pp"] += m * crossing
+    return {k: v * itemsize for k, v in sent.items()}
+"""),
+    R("exact fractions, converted at the end", "q4", """
+def activation_bytes(b, s, h, layers, m, tp, pp, cp, stage, itemsize=4, sequence_parallel=False):
+    from fractions import Fraction
+    per_rank = Fraction(b * s * h, cp)
+    tp_bytes = 8 * Fraction(layers, pp) * m * Fraction(tp - 1, tp) * per_rank * itemsize
+    ends = int(stage != 0) + int(stage != pp - 1)
+    pp_bytes = ends * m * (per_rank / tp if sequence_parallel else per_rank) * itemsize
+    cp_bytes = (Fraction(layers, pp) * m * (6 * cp - 4) * per_rank / tp * itemsize) if cp != 1 else 0
+    return {"tp": float(tp_bytes), "pp": int(pp_bytes), "cp": int(cp_bytes)}
 """),
 ]

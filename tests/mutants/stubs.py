@@ -87,6 +87,7 @@ ZEROS: dict[str, Callable[..., Any]] = {  # per function: what a stub returns fo
         "keep": np.zeros((_rows(logits), top_k), dtype=bool), "capacity": 0,
         "tokens_per_expert": [0] * np.shape(logits)[-1], "kept_per_expert": [0] * np.shape(logits)[-1],
         "dropped_tokens": 0},
+    "activation_bytes": lambda *a, **k: {"tp": 0, "pp": 0, "cp": 0},
 }
 FAMILIES = {"zeros": ZEROS, "none": None}  # "none": every unseen call returns None and changes nothing
 
