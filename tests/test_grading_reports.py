@@ -109,3 +109,19 @@ def test_a_report_quoting_the_hidden_test_never_reaches_the_files(monkeypatch):
     assert str(SEED) not in text and "_ref_batch" not in text and "FLAGGED" in text
     rows = list(csv.DictReader(io.StringIO(text)))
     assert all(len(r["reason"]) <= 400 for r in rows)
+
+
+def test_nan_and_infinities_travel_by_name_and_compare_as_numbers():
+    """JSON (and a kernel's messages) carry no NaN or infinity: encode names them, the report parser keeps the
+    names, and comparison reads them as numbers; a student's NaN fails its check instead of breaking the report."""
+    import numpy as np
+
+    from dsgd_teach.grading.values import same
+
+    sent = encode(np.array([1.0, np.inf, -np.inf]))
+    back = reports.value(json.loads(json.dumps(sent, allow_nan=False)), [reports.MAX_SCALARS])
+    assert same(back, encode([1.0, float("inf"), float("-inf")]))
+    assert not same(back, encode([1.0, float("inf"), float("inf")]))
+    nan = reports.value(json.loads(json.dumps(encode(float("nan")), allow_nan=False)), [reports.MAX_SCALARS])
+    assert nan == {"t": "num", "v": "nan"} and not same(nan, encode(float("nan")))
+    assert not same(encode("inf"), encode(float("inf")))  # the text "inf" is a string, not infinity

@@ -23,6 +23,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from . import cgroups, reports, seccomp
 
@@ -154,19 +155,11 @@ def _run(inner: list[str], stdin: bytes, timeout_s: float, env: dict[str, str] |
                     os.close(fd)
         reader.start()
         child = _child_pid(info_r)
-        timed_out = False
-        try:
-            proc.communicate(stdin, timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-        except BrokenPipeError:
-            pass
+        timed_out = feed(proc, stdin, timeout_s)
         if timed_out or proc.poll() is None:
             stop(proc, child)
         reader.join(timeout=30)
-        err.seek(0, os.SEEK_END)
-        err.seek(max(0, err.tell() - 4000))
-        tail = err.read().decode(errors="replace")
+        tail = tail_of(err)
     usage = scope.usage() if scope else None
     return Outcome(data if data and not timed_out else None, proc.returncode, tail, timed_out, usage)
 
@@ -215,6 +208,24 @@ def _child_pid(info_r: int, timeout_s: float = 120.0) -> int | None:
         return int(json.loads(data.decode())["child-pid"])
     except (ValueError, KeyError, TypeError):
         return None
+
+
+def feed(proc: subprocess.Popen, stdin: bytes, timeout_s: float) -> bool:
+    """Write stdin to the sandboxed process and wait for it; True when it ran past timeout_s (it is left running)."""
+    try:
+        proc.communicate(stdin, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return True
+    except BrokenPipeError:  # it exited, or closed stdin, before reading all of it
+        pass
+    return False
+
+
+def tail_of(err: IO[bytes], limit: int = 4000) -> str:
+    """The last `limit` bytes of a stderr file, decoded."""
+    err.seek(0, os.SEEK_END)
+    err.seek(max(0, err.tell() - limit))
+    return err.read().decode(errors="replace")
 
 
 def drain(fd: int, data: bytearray) -> None:

@@ -135,22 +135,14 @@ def _run(inner: list[str], stdin: bytes, timeout_s: float, env: dict[str, str], 
         finally:
             os.close(result_w)
         reader.start()
-        timed_out = False
-        try:
-            proc.communicate(stdin, timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-        except BrokenPipeError:
-            pass
+        timed_out = bubblewrap.feed(proc, stdin, timeout_s)
         if timed_out or proc.poll() is None:
             kill_uid(uid)
             proc.kill()
             proc.wait(timeout=30)
         kill_uid(uid)  # what the worker left behind (setsid grandchildren) would otherwise keep the pipe open
         reader.join(timeout=30)
-        err.seek(0, os.SEEK_END)
-        err.seek(max(0, err.tell() - 4000))
-        tail = err.read().decode(errors="replace")
+        tail = bubblewrap.tail_of(err)
     usage = scope.usage() if scope else None
     return bubblewrap.Outcome(data if data and not timed_out else None, proc.returncode, tail, timed_out, usage)
 

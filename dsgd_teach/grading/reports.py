@@ -14,6 +14,7 @@ from typing import Any
 
 from . import jsonbound
 from .text import clean
+from .values import NONFINITE
 
 MAX_RESULT_BYTES = 32 * 1024 * 1024
 MAX_DEPTH = 12  # values.encode nests at most 9 levels
@@ -129,6 +130,11 @@ def _record(rec: Any, mode: str, budget: list[int]) -> dict[str, Any]:
     return out
 
 
+def _value_number(v: Any) -> float | str:
+    """A number inside a compared value: a float, or the name of NaN or an infinity (values.NONFINITE)."""
+    return v if type(v) is str and v in NONFINITE else _number(v)
+
+
 def _number(v: Any) -> float:
     _expect(type(v) in (int, float), f"a {type(v).__name__} where a number is expected")
     try:
@@ -157,14 +163,14 @@ def value(enc: Any, budget: list[int], depth: int = 0) -> dict[str, Any]:
         _expect(isinstance(v, str) and len(v) <= MAX_STR_VALUE, "a string value that is not short text")
         return {"t": "str", "v": clean(v, MAX_STR_VALUE, escape=False)}
     if kind == "num":
-        return {"t": "num", "v": _number(v)}
+        return {"t": "num", "v": _value_number(v)}
     if kind == "arr":
         shape = enc.get("shape")
         _expect(isinstance(shape, list) and len(shape) <= 32 and all(type(n) is int and n >= 0 for n in shape),
                 "an array whose shape is not a list of sizes")
         _expect(isinstance(v, list) and len(v) == math.prod(shape), "an array whose values do not fill its shape")
         _count(budget, len(v))
-        return {"t": "arr", "shape": list(shape), "v": [_number(x) for x in v]}
+        return {"t": "arr", "shape": list(shape), "v": [_value_number(x) for x in v]}
     _expect(isinstance(v, list) and len(v) <= MAX_RECORDS, f"a {clean(kind, 20)!r} value that is not a short list")
     if kind == "seq":
         return {"t": "seq", "v": [value(x, budget, depth + 1) for x in v]}

@@ -10,6 +10,23 @@ import numpy as np
 
 MAX_ELEMENTS = 200_000
 
+#: JSON has no NaN or infinity (and Jupyter's messages turn them into other text), so they travel by these names.
+NONFINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+
+
+def _num(x: float) -> float | str:
+    """x, or its NONFINITE name when it is not finite."""
+    return x if math.isfinite(x) else "nan" if math.isnan(x) else "inf" if x > 0 else "-inf"
+
+
+def as_float(v: Any) -> float | None:
+    """An encoded number (a float, an int, or a NONFINITE name) as a float; None for anything else."""
+    if isinstance(v, str):
+        return NONFINITE.get(v)
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    return float(v)
+
 
 def encode(value: Any, depth: int = 0) -> dict[str, Any]:
     """A JSON-able, type-tagged copy of value: arrays (and lists of numbers) keep shape, containers recurse."""
@@ -20,7 +37,7 @@ def encode(value: Any, depth: int = 0) -> dict[str, Any]:
     if isinstance(value, str):
         return {"t": "str", "v": value[:10_000]}
     if isinstance(value, (Number, np.number)) and not isinstance(value, complex):
-        return {"t": "num", "v": float(value)}
+        return {"t": "num", "v": _num(float(value))}
     if isinstance(value, dict):
         items = sorted(((str(k), v) for k, v in value.items()), key=lambda kv: kv[0])
         return {"t": "dict", "v": [[k, encode(v, depth + 1)] for k, v in items]}
@@ -29,7 +46,9 @@ def encode(value: Any, depth: int = 0) -> dict[str, Any]:
         if arr is not None:
             if arr.size > MAX_ELEMENTS:
                 raise ValueError(f"array with {arr.size} elements is too large to compare")
-            return {"t": "arr", "shape": list(arr.shape), "v": arr.astype(np.float64).ravel().tolist()}
+            flat = arr.astype(np.float64).ravel()
+            v = flat.tolist() if np.isfinite(flat).all() else [_num(x) for x in flat.tolist()]
+            return {"t": "arr", "shape": list(arr.shape), "v": v}
         return {"t": "seq", "v": [encode(v, depth + 1) for v in list(value)[:10_000]]}
     if isinstance(value, (set, frozenset)):
         return {"t": "seq", "v": [encode(v, depth + 1) for v in sorted(value, key=repr)]}
@@ -71,7 +90,8 @@ def same(got: dict[str, Any], expected: dict[str, Any], rtol: float = 0.0, atol:
 
 
 def _close(a: Any, b: Any, rtol: float, atol: float) -> bool:
-    if not isinstance(a, (int, float)) or not isinstance(b, (int, float)) or isinstance(a, bool):
+    a, b = as_float(a), as_float(b)
+    if a is None or b is None:
         return False
     if math.isnan(a) or math.isnan(b):
         return False
