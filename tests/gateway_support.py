@@ -40,9 +40,11 @@ class GatewayServer:
             "DASK_GATEWAY__AUTH__KWARGS__PASSWORD": password,
         }
 
-    def stop(self) -> None:
-        """SIGINT (the gateway stops every cluster it runs), then the process group, waiting for each."""
+    def stop(self) -> list[str]:
+        """SIGINT (the gateway stops every cluster it runs), then the process group; any cluster process still
+        there after that is killed, and its command line returned (a leak the caller reports)."""
         stop_process(self.proc)
+        return kill_left(wait_gone(None, self.address, timeout_s=30.0))
 
 
 def stop_process(proc: subprocess.Popen, grace_s: float = 30.0) -> None:
@@ -106,25 +108,43 @@ def start_gateway(work: Path, **settings: str) -> GatewayServer:
     return GatewayServer(proc, http, tcp, log, settings)
 
 
-def cluster_processes(name: str | None = None) -> list[psutil.Process]:
-    """Processes of dask-gateway clusters on this machine (of the cluster `name` only, if given), found by the
-    DASK_GATEWAY_CLUSTER_NAME every scheduler and worker the local backend starts has in its environment."""
+def cluster_processes(name: str | None = None, gateway: str | None = None) -> list[psutil.Process]:
+    """Live processes of dask-gateway clusters on this machine: of the cluster `name` only, and of the gateway whose
+    HTTP address is `gateway` only, if given. Every scheduler and worker the local backend starts has the cluster's
+    name and its gateway's API address in its environment (DASK_GATEWAY_CLUSTER_NAME, DASK_GATEWAY_API_URL)."""
     found = []
     for proc in psutil.process_iter(["pid"]):
         try:
-            cluster = proc.environ().get("DASK_GATEWAY_CLUSTER_NAME")
+            env = proc.environ()
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                continue
         except (psutil.Error, OSError):
             continue
-        if cluster and (name is None or cluster == name):
+        cluster = env.get("DASK_GATEWAY_CLUSTER_NAME")
+        if not cluster or (name is not None and cluster != name):
+            continue
+        if gateway is None or env.get("DASK_GATEWAY_API_URL", "").startswith(gateway):
             found.append(proc)
     return found
 
 
-def wait_gone(name: str | None, timeout_s: float = 60.0) -> list[psutil.Process]:
-    """Wait until no process of the cluster is left; return those still there at the deadline."""
+def wait_gone(name: str | None, gateway: str | None = None, timeout_s: float = 60.0) -> list[psutil.Process]:
+    """Wait until no process of the cluster (of the gateway) is left; return those still there at the deadline."""
     deadline = time.monotonic() + timeout_s
-    left = cluster_processes(name)
+    left = cluster_processes(name, gateway)
     while left and time.monotonic() < deadline:
         time.sleep(0.3)
-        left = [p for p in cluster_processes(name) if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        left = cluster_processes(name, gateway)
     return left
+
+
+def kill_left(procs: list[psutil.Process]) -> list[str]:
+    """SIGKILL each process left behind (by its pid); their command lines, for the failure message."""
+    lines = []
+    for proc in procs:
+        try:
+            lines.append(" ".join(proc.cmdline())[:200])
+            proc.kill()
+        except psutil.Error:
+            continue
+    return lines

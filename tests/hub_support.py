@@ -16,7 +16,7 @@ from pathlib import Path
 
 import requests
 from browser_support import free_port
-from gateway_support import stop_process, wait_for_log
+from gateway_support import kill_left, stop_process, wait_for_log, wait_gone
 
 ROOT = Path(__file__).resolve().parents[1]
 HUB_CONFIG = ROOT / "deploy" / "hub" / "jupyterhub_config.py"
@@ -38,16 +38,18 @@ class Hub:
     url: str
     log: Path
     admin_token: str
-    gateway_tcp: int
+    gateway_http: str
 
     def api(self, method: str, path: str, **kwargs) -> requests.Response:
         """A call to the hub's REST API with the lecturer's token."""
         headers = {"Authorization": f"token {self.admin_token}", **kwargs.pop("headers", {})}
         return requests.request(method, f"{self.url}/hub/api{path}", headers=headers, timeout=30, **kwargs)
 
-    def stop(self) -> None:
-        """Stop the hub: it stops the students' servers and its services (the gateway stops every cluster)."""
+    def stop(self) -> list[str]:
+        """Stop the hub: it stops the students' servers and its services (the gateway stops every cluster); any
+        cluster process still there after that is killed, and its command line returned."""
         stop_process(self.proc, grace_s=60.0)
+        return kill_left(wait_gone(None, self.gateway_http, timeout_s=30.0))
 
 
 def start_hub(work: Path, password: str, **settings: str) -> Hub:
@@ -57,17 +59,17 @@ def start_hub(work: Path, password: str, **settings: str) -> Hub:
     if chp is None:
         raise RuntimeError("configurable-http-proxy is missing: run `make hub-deps`")
     token = uuid.uuid4().hex
-    tcp = free_port()
     env = {**os.environ, "DSGD_HUB_PORT": str(free_port()), "DSGD_HUB_API_PORT": str(free_port()),
            "DSGD_HUB_PROXY_API_PORT": str(free_port()), "DSGD_GATEWAY_HTTP_PORT": str(free_port()),
-           "DSGD_GATEWAY_TCP_PORT": str(tcp), "DSGD_HUB_CHP": chp, "DSGD_HUB_AUTH": "shared",
+           "DSGD_GATEWAY_TCP_PORT": str(free_port()), "DSGD_HUB_CHP": chp, "DSGD_HUB_AUTH": "shared",
            "DSGD_HUB_PASSWORD": password, "DSGD_HUB_SPAWNER": "simple", "DSGD_HUB_HOMES": str(work / "home"),
            "DSGD_HUB_ADMIN_TOKEN": token, "DSGD_GATEWAY_BACKEND": "unsafe", **settings}
     log = work / "hub.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen([sys.executable, "-m", "jupyterhub", "-f", str(HUB_CONFIG)], cwd=work, env=env,
                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    hub = Hub(proc, f"http://127.0.0.1:{env['DSGD_HUB_PORT']}", log, token, tcp)
+    hub = Hub(proc, f"http://127.0.0.1:{env['DSGD_HUB_PORT']}", log, token,
+              f"http://127.0.0.1:{env['DSGD_GATEWAY_HTTP_PORT']}")
     try:
         wait_for_log(log, r"JupyterHub is now running", proc, START_TIMEOUT_S)
         deadline = time.monotonic() + START_TIMEOUT_S

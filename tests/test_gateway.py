@@ -11,17 +11,14 @@ from contextlib import contextmanager
 
 import nbformat
 import pytest
+from dask_gateway import BasicAuth, Gateway, GatewayCluster
+from gateway_support import start_gateway, wait_gone
 
-pytest.importorskip("dask_gateway_server", reason="dask-gateway-server is in the dev extra: pip install -e '.[dev]'")
-
-from dask_gateway import BasicAuth, Gateway, GatewayCluster  # noqa: E402
-from gateway_support import cluster_processes, start_gateway, wait_gone  # noqa: E402
-
-from dsgd_teach.course_runner import COURSE_DIR, execute  # noqa: E402
-from dsgd_teach.memory import WorkerMemoryError, min_worker_limit  # noqa: E402
-from dsgd_teach.runtime.cluster import start_client  # noqa: E402
-from dsgd_teach.runtime.gateway import GatewayLimitError, close_once, gateway_address  # noqa: E402
-from dsgd_teach.runtime.workers import get_workers, scalable_cluster  # noqa: E402
+from dsgd_teach.course_runner import COURSE_DIR, execute
+from dsgd_teach.memory import WorkerMemoryError, min_worker_limit
+from dsgd_teach.runtime.cluster import start_client
+from dsgd_teach.runtime.gateway import GatewayLimitError, close_once, gateway_address
+from dsgd_teach.runtime.workers import get_workers, scalable_cluster
 
 PASSWORD = "course-password"
 #: The chapter run on the gateway: short in smoke mode, and it grows its cluster.
@@ -38,8 +35,8 @@ def gateway(tmp_path_factory):
     try:
         yield server
     finally:
-        server.stop()
-    assert cluster_processes() == [], f"gateway clusters outlived the gateway; its log: {server.log}"
+        left = server.stop()
+    assert left == [], f"gateway clusters outlived the gateway (killed now): {left}; its log: {server.log}"
 
 
 def as_student(monkeypatch, gateway, user: str) -> None:
@@ -91,7 +88,7 @@ def test_start_client_asks_the_gateway_for_a_cluster_of_the_students_own(gateway
         with pytest.raises(GatewayLimitError, match="exceed resource limit of 3 workers"):
             get_workers(client, 5)
     assert running(gateway, "alice") == []
-    assert wait_gone(cluster.name) == []
+    assert wait_gone(cluster.name, gateway.address) == []
 
 
 def test_a_worker_larger_than_the_gateway_offers_is_refused_before_anything_starts(gateway, monkeypatch):
@@ -116,4 +113,4 @@ def test_a_chapter_runs_on_the_gateway_and_leaves_no_cluster(gateway, monkeypatc
     text = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))
     assert "dask-gateway cluster" in text, "the chapter did not run on the gateway"
     assert running(gateway, "dave") == []
-    assert wait_gone(None) == []
+    assert wait_gone(None, gateway.address) == []

@@ -16,14 +16,11 @@ import time
 
 import psutil
 import pytest
+import requests
+from gateway_support import wait_gone
+from hub_support import ROOT, Student, chp_command, start_hub
 
-pytest.importorskip("jupyterhub", reason="JupyterHub is in the dev extra: pip install -e '.[dev]'")
-pytest.importorskip("dask_gateway_server", reason="dask-gateway-server is in the dev extra: pip install -e '.[dev]'")
-
-from gateway_support import cluster_processes, wait_gone  # noqa: E402
-from hub_support import ROOT, Student, chp_command, start_hub  # noqa: E402
-
-from dsgd_teach.course_runner import COURSE_DIR  # noqa: E402
+from dsgd_teach.course_runner import COURSE_DIR
 
 PASSWORD = "course-password-2026"
 STUDENTS = ("ada", "ben", "cy")
@@ -52,8 +49,8 @@ def hub(tmp_path_factory):
     try:
         yield server
     finally:
-        server.stop()
-    assert cluster_processes() == [], f"gateway clusters outlived the hub; its log: {server.log}"
+        left = server.stop()
+    assert left == [], f"gateway clusters outlived the hub (killed now): {left}; its log: {server.log}"
 
 
 def servers_of(user: str) -> list[psutil.Process]:
@@ -66,6 +63,16 @@ def servers_of(user: str) -> list[psutil.Process]:
         except (psutil.Error, OSError):
             continue
     return found
+
+
+def processes_gone(*users: str, timeout_s: float = 60.0) -> bool:
+    """Wait until no process of these students' servers is left (a server's kernels exit just after it)."""
+    deadline = time.monotonic() + timeout_s
+    while any(servers_of(u) for u in users):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.5)
+    return True
 
 
 def run_chapter(student: Student, results: dict[str, object]) -> None:
@@ -113,6 +120,11 @@ def test_a_class_runs_a_chapter_at_once_each_on_their_own_cluster(hub):
                                         "held = start_client(1)")
     assert not errors, errors
     held = re.search(r"dask-gateway cluster (\w+)", printed).group(1)
+    # its dashboard is served through the hub, at the link the notebook (and the Dask side panel) shows
+    printed, errors = cy_kernel.execute("print(held.dashboard_link)")
+    assert not errors and printed.strip() == f"/services/dask-gateway/clusters/{held}/status", (printed, errors)
+    pane = requests.get(f"{hub.url}/services/dask-gateway/clusters/{held}/individual-workers", timeout=30)
+    assert pane.status_code == 200 and "bokeh" in pane.text.lower(), pane.status_code
     _, errors = cy_kernel.execute("second = start_client(1)")
     assert len(errors) == 1 and "GatewayLimitError" in errors[0] and "cy already has 1 cluster" in errors[0], errors
     printed, errors = ada_kernel.execute("print(Gateway().list_clusters())")
@@ -125,10 +137,7 @@ def test_a_class_runs_a_chapter_at_once_each_on_their_own_cluster(hub):
     # ada and ben stop their servers: nothing of theirs is left
     for student in (ada, ben):
         student.stop_server()
-    deadline = time.monotonic() + 60
-    while (servers_of("ada") or servers_of("ben")) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert servers_of("ada") == [] and servers_of("ben") == []
+    assert processes_gone("ada", "ben")
 
     # cy closes the tab: the kernel still holds the cluster, the gateway's idle time-out ends it
     cy_kernel.close()
@@ -136,7 +145,7 @@ def test_a_class_runs_a_chapter_at_once_each_on_their_own_cluster(hub):
     while tool.class_clusters(f"{hub.url}/hub/api", hub.admin_token, gateway, users=["cy"])["cy"]:
         assert time.monotonic() < deadline, f"cy's idle cluster {held} outlived the {IDLE_S} s idle time-out"
         time.sleep(2)
-    assert wait_gone(held) == []
+    assert wait_gone(held, hub.gateway_http) == []
     cy.stop_server()
-    assert servers_of("cy") == []
-    assert wait_gone(None) == []
+    assert processes_gone("cy")
+    assert wait_gone(None, hub.gateway_http) == []

@@ -148,15 +148,15 @@ def new_gateway_cluster(memory_limit: int | None) -> tuple[Any, str, int]:
 
     settings = gateway_settings()
     with dask.config.set({"gateway": settings}):
-        gateway = Gateway()
+        gateway = Gateway()  # its event loop thread is shared with the cluster's own Gateway
         try:
             options, size = cluster_options(gateway, memory_limit)
+            try:
+                cluster = CourseGatewayCluster(cluster_options=options, shutdown_on_close=True, loop=gateway.loop)
+            except ValueError as exc:  # the gateway's 422: a limit or an option its handler refused
+                raise _refusal(settings["address"], exc) from exc
         finally:
             close_once(gateway)
-        try:
-            cluster = CourseGatewayCluster(cluster_options=options, shutdown_on_close=True)
-        except ValueError as exc:  # the gateway's 422: a limit or an option its handler refused
-            raise _refusal(settings["address"], exc) from exc
     note = f"dask-gateway cluster {cluster.name} at {settings['address']} ({size})"
     cores = int(options[CORES_OPTION]) if _field(options, CORES_OPTION) is not None else 1
     return cluster, note, cores
