@@ -27,10 +27,10 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check dsgd_teach tests
 
 # The compat environment (below) downloads, installs and runs its own tests while the main suite runs (its output
-# is printed after the main suite's). The main suite runs in JOBS pytest-xdist workers, one test file per worker at
-# a time.
+# is printed after the main suite's), in one pytest process so that it takes one core's share beside the main suite.
+# The main suite runs in JOBS pytest-xdist workers, one test file per worker at a time.
 test: $(STAMP) lint browser-deps sandbox-deps hub-deps
-	@mkdir -p build; bash scripts/compat_test.sh $(PY) > build/compat.log 2>&1 & compat=$$!; \
+	@mkdir -p build; JOBS=1 bash scripts/compat_test.sh $(PY) > build/compat.log 2>&1 & compat=$$!; \
 	$(PY) -m pytest -n $(JOBS) --dist loadfile --no-loadscope-reorder; status=$$?; wait $$compat; compat_status=$$?; \
 	cat build/compat.log; [ $$status -eq 0 ] || exit $$status; exit $$compat_status
 
