@@ -100,3 +100,5 @@ if os.environ.get("DSGD_HUB_ADMIN_TOKEN"):  # the lecturer's scripts: every stud
                   "scopes": ["admin:users", "admin:servers", "tokens", "access:services!service=dask-gateway"]})
 c.JupyterHub.services = services
 c.JupyterHub.load_roles = roles
+# the token of each student's server (what start_client uses) asks for the gateway's scope explicitly
+c.Spawner.server_token_scopes = ["users:activity!user", "access:servers!server", "access:services!service=dask-gateway"]
