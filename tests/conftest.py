@@ -118,8 +118,8 @@ def nothing_left_behind():
 # The modules that take minutes each, longest first: `make test` runs them first so that its two pytest-xdist
 # workers (one file per worker at a time) finish together instead of one waiting on a long file started last.
 SLOW_MODULES = ("test_browser.py", "test_nbgrader_route.py", "test_grading_batch.py", "test_memory.py",
-                "test_grading_hostile.py", "test_grading_sandbox.py", "test_multihost.py", "test_slides_browser.py",
-                "test_lab_workspace.py")
+                "test_grading_hostile.py", "test_grading_sandbox.py", "test_hub.py", "test_multihost.py",
+                "test_slides_browser.py", "test_lab_workspace.py")
 
 
 # Last: the book test builds the book from the chapters test_memory.py executed in this run (it executes those
