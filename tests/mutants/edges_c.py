@@ -4,7 +4,8 @@ already in the catalog) or why the class does not apply."""
 
 from __future__ import annotations
 
-from .harness import W
+from .harness import W, swap
+from .ps13_transformer import BLOCK_REFERENCE, ROUTE_REFERENCE
 
 PS09 = [
     W("[dtype] one_bit decodes into np.empty_like(v): integer input truncated", "q1", """
@@ -156,46 +157,17 @@ COVERAGE["ps12_sharding"] = {
 }
 
 PS13 = [
-    W("[dtype] block attention writes o into np.zeros_like(v): integer values truncated", "q1", """
-def block_attention(q, k, v, mask=None):
-    scores = np.asarray(q) @ np.asarray(k).T / np.sqrt(np.shape(q)[1])
-    if mask is not None:
-        scores = np.where(mask, scores, -np.inf)
-    top = scores.max(axis=1, keepdims=True)
-    top = np.where(np.isfinite(top), top, 0.0)
-    weights = np.exp(scores - top)
-    total = weights.sum(axis=1, keepdims=True)
-    with np.errstate(divide="ignore"):
-        ell = (top + np.log(total))[:, 0]
-    o = np.zeros((len(scores), np.shape(v)[1]), dtype=np.asarray(v).dtype)
-    o[:] = np.where(total > 0, weights @ v / np.where(total > 0, total, 1.0), 0.0)
-    return o, ell
-"""),
-    W("[dtype] gates kept in an array of the logits' dtype: integer logits truncate them", "q3", """
-def route(logits, top_k, capacity_factor):
-    raw = np.asarray(logits)
-    n_experts = raw.shape[-1]
-    flat = raw.reshape(-1, n_experts)
-    tokens = len(flat)
-    probs = np.exp(flat - flat.max(axis=1, keepdims=True))
-    probs /= probs.sum(axis=1, keepdims=True)
-    expert = np.argsort(-probs, axis=1, kind="stable")[:, :top_k]
-    chosen = np.take_along_axis(probs, expert, axis=1)
-    gate = np.zeros_like(flat[:, :top_k])
-    gate[:] = chosen if top_k == 1 else chosen / chosen.sum(axis=1, keepdims=True)
-    capacity = math.ceil(capacity_factor * tokens * top_k / n_experts)
-    filled = np.zeros(n_experts, dtype=int)
-    keep = np.zeros((tokens, top_k), dtype=bool)
-    for choice in range(top_k):
-        for t in range(tokens):
-            e = expert[t, choice]
-            keep[t, choice] = filled[e] < capacity
-            filled[e] += 1
-    return {"expert": expert, "gate": gate, "keep": keep, "capacity": capacity,
-            "tokens_per_expert": np.bincount(expert.ravel(), minlength=n_experts),
-            "kept_per_expert": np.bincount(expert[keep], minlength=n_experts),
-            "dropped_tokens": int((~keep.any(axis=1)).sum())}
-"""),
+    W("[dtype] block attention writes o into np.zeros_like(v): integer values truncated", "q1",
+      swap(BLOCK_REFERENCE, ("    q, k, v = (np.asarray(x, dtype=float) for x in (q, k, v))\n    scores = q @ k.T / np.sqrt(q.shape[1])",
+                    "    scores = np.asarray(q) @ np.asarray(k).T / np.sqrt(np.shape(q)[1])"),
+           ("    o = np.where(total > 0, weights @ v / np.where(total > 0, total, 1.0), 0.0)",
+            "    o = np.zeros((len(scores), np.shape(v)[1]), dtype=np.asarray(v).dtype)\n"
+            "    o[:] = np.where(total > 0, weights @ v / np.where(total > 0, total, 1.0), 0.0)"))),
+    W("[dtype] gates kept in an array of the logits' dtype: integer logits truncate them", "q3",
+      swap(ROUTE_REFERENCE, ("    logits = np.asarray(logits, dtype=float)", "    logits = np.asarray(logits)"),
+           ("    gate = chosen if top_k == 1 else chosen / chosen.sum(axis=1, keepdims=True)",
+            "    gate = np.zeros_like(flat[:, :top_k])\n"
+            "    gate[:] = chosen if top_k == 1 else chosen / chosen.sum(axis=1, keepdims=True)"))),
 ]
 
 COVERAGE["ps13_transformer"] = {

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .harness import R, W, swap
 
-_BLOCK = """
+BLOCK_REFERENCE = """
 def block_attention(q, k, v, mask=None):
     q, k, v = (np.asarray(x, dtype=float) for x in (q, k, v))
     scores = q @ k.T / np.sqrt(q.shape[1])
@@ -46,7 +46,7 @@ def axis_groups(sizes, axis):
     return sorted(groups.values())
 """
 
-_ROUTE = """
+ROUTE_REFERENCE = """
 def route(logits, top_k, capacity_factor):
     logits = np.asarray(logits, dtype=float)
     n_experts = logits.shape[-1]
@@ -86,13 +86,13 @@ def activation_bytes(b, s, h, layers, m, tp, pp, cp, stage, itemsize=4, sequence
 PS13 = [
     # q1: a block's partial attention and the online-softmax merge
     W("block attention without subtracting the row's largest score (overflows)", "q1",
-      swap(_BLOCK, ("weights = np.exp(scores - top)", "weights = np.exp(scores)"),
+      swap(BLOCK_REFERENCE, ("weights = np.exp(scores - top)", "weights = np.exp(scores)"),
            ("ell = (top + np.log(total))[:, 0]", "ell = np.log(total)[:, 0]"))),
-    W("scores not scaled by 1/sqrt(h/a)", "q1", swap(_BLOCK, ("q @ k.T / np.sqrt(q.shape[1])", "q @ k.T"))),
+    W("scores not scaled by 1/sqrt(h/a)", "q1", swap(BLOCK_REFERENCE, ("q @ k.T / np.sqrt(q.shape[1])", "q @ k.T"))),
     W("masked scores set to -1e9: a query that sees no key gets the mean of v and a finite ell", "q1",
-      swap(_BLOCK, ("np.where(mask, scores, -np.inf)", "np.where(mask, scores, -1e9)"))),
+      swap(BLOCK_REFERENCE, ("np.where(mask, scores, -np.inf)", "np.where(mask, scores, -1e9)"))),
     W("ell is the row's largest score (the max kept, the sum forgotten)", "q1",
-      swap(_BLOCK, ("ell = (top + np.log(total))[:, 0]", "ell = np.where(total > 0, top, -np.inf)[:, 0]"))),
+      swap(BLOCK_REFERENCE, ("ell = (top + np.log(total))[:, 0]", "ell = np.where(total > 0, top, -np.inf)[:, 0]"))),
     W("merge without rescaling the older output", "q1",
       swap(_MERGE, ("np.exp(l1 - ell)[:, None] * o1", "o1"))),
     W("merge by exp(l1) and exp(l2) without a max subtracted (overflows)", "q1", """
@@ -212,7 +212,7 @@ def axis_groups(sizes, axis):
 """),
     # q3: top-k routing with a capacity
     W("capacity counted per sequence: each sequence routed as its own group", "q3",
-      _ROUTE.replace("def route(", "def _route_group(") + """
+      ROUTE_REFERENCE.replace("def route(", "def _route_group(") + """
 
 def route(logits, top_k, capacity_factor):
     parts = [_route_group(seq, top_k, capacity_factor) for seq in np.asarray(logits, dtype=float)]
@@ -223,24 +223,24 @@ def route(logits, top_k, capacity_factor):
     return out
 """),
     W("slots claimed token by token (each token's choices together), not first choices first", "q3",
-      swap(_ROUTE, ("""    for choice in range(top_k):
+      swap(ROUTE_REFERENCE, ("""    for choice in range(top_k):
         for t in range(tokens):""", """    for t in range(tokens):
         for choice in range(top_k):"""))),
     W("capacity without the top-k factor", "q3",
-      swap(_ROUTE, ("math.ceil(capacity_factor * tokens * top_k / n_experts)",
+      swap(ROUTE_REFERENCE, ("math.ceil(capacity_factor * tokens * top_k / n_experts)",
                     "math.ceil(capacity_factor * tokens / n_experts)"))),
     W("capacity rounded down", "q3",
-      swap(_ROUTE, ("math.ceil(capacity_factor * tokens * top_k / n_experts)",
+      swap(ROUTE_REFERENCE, ("math.ceil(capacity_factor * tokens * top_k / n_experts)",
                     "int(capacity_factor * tokens * top_k / n_experts)"))),
     W("an expert keeps capacity + 1 assignments (off by one)", "q3",
-      swap(_ROUTE, ("filled[e] < capacity", "filled[e] <= capacity"))),
+      swap(ROUTE_REFERENCE, ("filled[e] < capacity", "filled[e] <= capacity"))),
     W("chosen experts listed by index, not best first", "q3",
-      swap(_ROUTE, ('np.argsort(-probs, axis=1, kind="stable")[:, :top_k]',
+      swap(ROUTE_REFERENCE, ('np.argsort(-probs, axis=1, kind="stable")[:, :top_k]',
                     'np.sort(np.argsort(-probs, axis=1, kind="stable")[:, :top_k], axis=1)'))),
     W("top-k gates not renormalised", "q3",
-      swap(_ROUTE, ("gate = chosen if top_k == 1 else chosen / chosen.sum(axis=1, keepdims=True)", "gate = chosen"))),
+      swap(ROUTE_REFERENCE, ("gate = chosen if top_k == 1 else chosen / chosen.sum(axis=1, keepdims=True)", "gate = chosen"))),
     W("dropped_tokens counts dropped assignments", "q3",
-      swap(_ROUTE, ('"dropped_tokens": int((~keep.any(axis=1)).sum())', '"dropped_tokens": int((~keep).sum())'))),
+      swap(ROUTE_REFERENCE, ('"dropped_tokens": int((~keep.any(axis=1)).sum())', '"dropped_tokens": int((~keep).sum())'))),
     R("vectorised: one-hot queues and a cumulative sum; gates as a softmax of the chosen logits", "q3", """
 def route(logits, top_k, capacity_factor):
     x = np.asarray(logits, dtype=float)
