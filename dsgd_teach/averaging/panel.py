@@ -7,6 +7,7 @@ import pandas as pd
 from distributed import Client
 from matplotlib.figure import Figure
 
+from ..config import sized
 from ..panel import ExperimentPanel
 from ..runtime.cluster import worker_addresses
 from .config import FedAvgConfig, LocalSGDConfig
@@ -54,7 +55,7 @@ def local_sgd_panel(client: Client, config: LocalSGDConfig | None = None) -> Exp
     """Workers (up to the cluster's size; the panel never resizes it) and the averaging period H."""
     n = max(1, len(worker_addresses(client)))
     return ExperimentPanel(
-        client, run_local_sgd, config or LocalSGDConfig(workers=min(2, n)),
+        client, run_local_sgd, config or LocalSGDConfig(workers=min(2, n), steps=sized(240, 40)),
         controls={
             "workers": widgets.IntSlider(value=min(2, n), min=1, max=n, description="workers",
                                          continuous_update=False),
@@ -68,7 +69,7 @@ def local_sgd_panel(client: Client, config: LocalSGDConfig | None = None) -> Exp
 def fedavg_panel(client: Client, config: FedAvgConfig | None = None) -> ExperimentPanel:
     """Clients K, local epochs E, fraction C, IID or non-IID partitions, FedAvg or FedSGD, drop-out rate."""
     return ExperimentPanel(
-        client, run_fedavg, config or FedAvgConfig(fraction=0.5, steps=30),
+        client, run_fedavg, config or FedAvgConfig(fraction=0.5, steps=sized(30, 6)),
         controls={
             "algorithm": widgets.Dropdown(options=["fedavg", "fedsgd"], value="fedavg", description="algorithm"),
             "clients": widgets.IntSlider(value=20, min=2, max=100, description="clients K", continuous_update=False),

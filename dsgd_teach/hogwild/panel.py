@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipywidgets as widgets
 from distributed import Client
 
+from ..config import sized
 from ..panel import ExperimentPanel
 from ..runtime.workers import capacity
 from .config import HogwildConfig
@@ -19,7 +20,8 @@ def hogwild_panel(client: Client, config: HogwildConfig | None = None, max_worke
     """
     max_workers = capacity(client, max_workers)
     # Small enough that every density up to 1.0 stays inside the size limit; epochs make a run last seconds.
-    config = config or HogwildConfig(n_samples=2_000, n_features=2_000, density=0.005, epochs=1_000, report_every=2_000)
+    config = config or HogwildConfig(n_samples=2_000, n_features=2_000, density=0.005, epochs=sized(1_000, 200),
+                                     report_every=2_000)
     style = {"description_width": "initial"}
     controls = {
         "workers": widgets.IntSlider(value=config.workers, min=1, max=max_workers, description="workers",

@@ -7,7 +7,7 @@ from typing import Any
 
 from distributed import Client
 
-from ..config import check_bool, check_choice, check_int
+from ..config import check_bool, check_choice, check_int, sized
 from ..runtime.workers import capacity, get_workers
 from ..trace import OnUpdate, Result
 from .async_sgd import AsyncConfig, run_async
@@ -60,7 +60,8 @@ def make_panel(client: Client, config: PlaygroundConfig | None = None, max_worke
     The workers slider reaches max_workers, or fewer when the cluster cannot grow that far.
     """
     max_workers = capacity(client, max_workers)
-    config = config or PlaygroundConfig(steps=150, straggler="lognormal", severity=0.02, workers=min(2, max_workers))
+    config = config or PlaygroundConfig(steps=sized(150, 40), straggler="lognormal", severity=0.02,
+                                        workers=min(2, max_workers))
     import ipywidgets as widgets
 
     from ..panel import ExperimentPanel
