@@ -43,6 +43,15 @@ def test_groups_planned_together_form_in_any_order_and_a_spec_serves_one_group(c
     assert run_in_group(client, first, _rank_sum, [(), ()], TraceRecorder(), 60.0)[0] == [3.0, 3.0]
     with pytest.raises(RuntimeError, match="serves one group"):
         run_in_group(client, first, _rank_sum, [(), ()], TraceRecorder(), 60.0)
+    assert _tasks_running(client) == 0  # no rank left waiting on the used spec's closed port, holding its worker
+
+
+def _tasks_running(client: Client) -> int:
+    """How many tasks the workers are executing now."""
+    def executing(dask_worker) -> int:  # noqa: ANN001 - client.run passes the worker
+        return len(dask_worker.state.executing)
+
+    return sum(client.run(executing).values())
 
 
 def _join_alone(spec: GroupSpec) -> str:

@@ -88,13 +88,24 @@ def open_store(name: str, world: int, timeout_s: float) -> int:
         return int(store.port)
 
 
+def _store_missing(name: str) -> RuntimeError:
+    """The error for a spec whose store is gone: used, or lost with its worker."""
+    return RuntimeError(f"the group's rendezvous store {name!r} is not open in this worker: a GroupSpec serves one "
+                        "group, and its store is lost if rank 0's worker restarted; call plan_group again")
+
+
+def store_is_open(name: str) -> bool:
+    """True while the store plan_group opened under `name` in this worker waits for its rank 0."""
+    with _stores_lock:
+        return name in _open_stores
+
+
 def take_store(name: str) -> Any:
     """Rank 0's store, opened for it by plan_group in this worker process; a clear error when it is not here."""
     with _stores_lock:
         entry = _open_stores.pop(name, None)
     if entry is None:
-        raise RuntimeError(f"the group's rendezvous store {name!r} is not open in this worker: a GroupSpec serves one "
-                           "group, and its store is lost if rank 0's worker restarted; call plan_group again")
+        raise _store_missing(name)
     return entry[0]
 
 
@@ -300,6 +311,10 @@ def run_in_group(
     """
     if len(args_per_rank) != spec.world:
         raise ValueError(f"need one argument tuple per rank ({spec.world}), got {len(args_per_rank)}")
+    if spec.store and spec.workers:  # a used spec fails here: its other ranks would wait timeout_s on a closed port
+        probe = client.submit(store_is_open, spec.store, workers=[spec.workers[0]], pure=False)
+        if not probe.result(timeout=max(60.0, spec.timeout_s)):
+            raise _store_missing(spec.store)
     return run_live(
         client, _group_task, [(spec, fn, args) for args in args_per_rank], recorder, timeout_s=run_timeout_s,
         addresses=list(spec.workers) or None, on_worker_lost=on_worker_lost,
