@@ -28,14 +28,18 @@ lint: $(STAMP)
 
 # The compat environment (below) downloads, installs and runs its own tests while the main suite runs (its output
 # is printed after the main suite's), in one pytest process so that it takes one core's share beside the main suite.
-# The main suite runs in JOBS pytest-xdist workers, one test file per worker at a time.
+# The main suite runs in JOBS pytest-xdist workers, one test file per worker at a time. Where the compat stage runs
+# (a second Python exists), the chapters' runs on a CLI deployment are its, not the main suite's.
 test: $(STAMP) lint browser-deps sandbox-deps hub-deps
 	@mkdir -p build; JOBS=1 bash scripts/compat_test.sh $(PY) > build/compat.log 2>&1 & compat=$$!; \
+	if bash scripts/newest_python.sh "$$($(PY) -c 'import sys; print("%d.%d" % sys.version_info[:2])')" >/dev/null; \
+	then export DSGD_DEPLOYMENT_CHAPTERS=compat; fi; \
 	$(PY) -m pytest -n $(JOBS) --dist loadfile --no-loadscope-reorder; status=$$?; wait $$compat; compat_status=$$?; \
 	cat build/compat.log; [ $$status -eq 0 ] || exit $$status; exit $$compat_status
 
 # The newcomer's configuration: the newest other Python here with PyPI's standard (CUDA) torch wheel, in
-# .venv-compat: every chapter in smoke mode plus the oracle, memory and fault tests (skips if no second Python).
+# .venv-compat: every chapter in smoke mode on a CLI deployment plus the oracle and memory tests (skips if no second
+# Python).
 compat: $(STAMP)
 	bash scripts/compat_test.sh $(PY)
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The newcomer's configuration, checked by `make test`: the newest other supported Python on this machine with
 # PyPI's standard torch wheel (the CUDA build plain `pip install` gives on Linux), in .venv-compat. Runs every
-# chapter in smoke mode and the oracle, memory and fault tests there. Skips, saying why, where no second Python
-# exists. Usage: scripts/compat_test.sh MAIN_PYTHON [pytest args...]; COMPAT_PYTHON=/path/to/python3.10 picks another
+# chapter in smoke mode on a CLI deployment, and the oracle and memory tests there. Skips, saying why, where no
+# second Python exists. Usage: scripts/compat_test.sh MAIN_PYTHON [pytest args...]; COMPAT_PYTHON=/path/to/python3.10 picks another
 # interpreter and COMPAT_VENV another folder (how the other supported Pythons are checked by hand).
 # With --install-only first, it only builds the environment (make test runs the whole script beside the main suite).
 set -euo pipefail
@@ -38,16 +38,17 @@ from dsgd_teach.memory import MiB, torch_build, worker_baseline
 print(f"compat: Python {platform.python_version()}, torch {torch.__version__} ({torch_build()} build), "
       f"a worker's baseline after its imports: {worker_baseline() / MiB:.0f} MiB")
 PY
-# Every chapter in smoke mode (not skipped: no browser test runs here), the oracles (parallel = sequential, the
-# hand-written collectives = torch.distributed), worker memory, and the fault tests (killed and paused workers).
-# Chapter 05's emulated hosts (network namespaces, root only) are made by the main suite's run of the chapter; here
-# the chapter takes its documented fallback, which leaves the machine's cores to the main suite.
+# Every chapter in smoke mode on a deployment the course did not start (dask's CLI scheduler and workers, this
+# Python's): the main suite runs each chapter in JupyterLab on its own local cluster and in full mode under the
+# memory sampler, and leaves this third run to this stage (DSGD_DEPLOYMENT_CHAPTERS=compat there). Then the oracles
+# (parallel = sequential, the hand-written collectives = torch.distributed) and worker memory. The fault tests
+# (killed and paused workers) run in the main suite only: they exercise dask's recovery, which is the same dask here.
+# Chapter 05's emulated hosts (network namespaces, root only) are made by the main suite's run of the chapter.
 export DSGD_SHAPED_HOSTS=0
+export DSGD_DEPLOYMENT_CHAPTERS=here
 exec "$venv/bin/python" -m pytest -p no:cacheprovider -q -n "${JOBS:-2}" --dist load \
-  tests/test_notebooks.py \
+  tests/test_external_deployment.py \
   tests/test_worker_memory.py \
   tests/test_sgd.py \
   tests/test_collectives_oracle.py \
-  tests/test_averaging_faults.py \
-  tests/test_ps_faults.py \
   "$@"
