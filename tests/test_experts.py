@@ -89,6 +89,16 @@ def test_dropped_tokens_leave_the_layer_as_zero_so_the_residual_carries_them() -
     assert torch.equal(y[dropped], torch.zeros_like(y[dropped]))
 
 
+def test_gates_keep_float64_logits_precision_and_lift_bfloat16_to_float32() -> None:
+    logits = torch.randn(12, 4, generator=torch.Generator().manual_seed(3), dtype=torch.float64) * 3
+    routing = route(logits, top_k=2, capacity_factor=2.0)
+    top = torch.softmax(logits, dim=-1).topk(2, dim=-1).values
+    assert routing.gate.dtype == torch.float64
+    assert torch.allclose(routing.gate, top / top.sum(dim=-1, keepdim=True), rtol=0, atol=1e-15)
+    low = route(logits.to(torch.bfloat16), top_k=1, capacity_factor=2.0)
+    assert low.gate.dtype == torch.bfloat16 and torch.isfinite(low.gate.float()).all()
+
+
 def test_load_balancing_loss_by_hand() -> None:
     # Router probabilities chosen outright (logits = log p); Switch eq. 4-6 with E = 2 experts, T = 4 tokens:
     # first choices 0, 0, 1, 0 -> f = (3/4, 1/4); P = mean p = (0.6, 0.4); aux = 2 (0.75·0.6 + 0.25·0.4) = 1.1

@@ -75,7 +75,7 @@ def route(logits: torch.Tensor, top_k: int, capacity_factor: float, groups: int 
     if groups < 1 or tokens % groups:
         raise ValueError(f"groups must be >= 1 and divide the {tokens} tokens, got {groups}")
     per_group = tokens // groups
-    probs = torch.softmax(logits.float(), dim=-1)
+    probs = torch.softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=-1)  # bf16 up, f64 kept
     top_p, expert = probs.topk(top_k, dim=-1)
     gate = top_p if top_k == 1 else top_p / top_p.sum(dim=-1, keepdim=True)
     capacity = expert_capacity(per_group, experts, top_k, capacity_factor)
