@@ -22,15 +22,21 @@ import time
 from pathlib import Path
 from typing import Any
 
-import nbformat
-from jupyter_client.kernelspec import KernelSpecManager
-from jupyter_client.manager import AsyncKernelManager
-from nbclient import NotebookClient
-from nbclient.exceptions import CellExecutionComplete, CellTimeoutError, DeadKernelError
+if __name__ == "__main__":  # this worker's own process, started once per graded notebook
+    # nbformat imports jsonschema, which imports rfc3987_syntax when it is installed (jupyter_events pulls it in):
+    # that module builds a lark grammar on import, 3 s of CPU per notebook for an "iri" format check that no
+    # notebook schema uses. A None entry makes jsonschema's optional import fail, and it goes on without it.
+    sys.modules.setdefault("rfc3987_syntax", None)
 
-from .denials import Denials
-from .kernel import warm_for
-from .probe import MIME
+import nbformat  # noqa: E402
+from jupyter_client.kernelspec import KernelSpecManager  # noqa: E402
+from jupyter_client.manager import AsyncKernelManager  # noqa: E402
+from nbclient import NotebookClient  # noqa: E402
+from nbclient.exceptions import CellExecutionComplete, CellTimeoutError, DeadKernelError  # noqa: E402
+
+from .denials import Denials  # noqa: E402
+from .kernel import warm_for  # noqa: E402
+from .probe import MIME  # noqa: E402
 
 KERNEL_NAME = "dsgd-grading"
 PREAMBLE = "from dsgd_teach.grading.probe import record as _dsgd_record, reference as _dsgd_reference\n"
