@@ -25,12 +25,17 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from . import bubblewrap, container, deadlines, safeio
-from .batch import Limits, run_worker, sandbox_label
-from .notebook import Assignment, load_assignment, rebuild, source_cells
-from .submissions import read_notebook
-from .text import Redactor, clean, safe_grades
-from .verdict import Grade, check_outcomes, check_reference, grade
+if __name__ == "__main__":  # the autograder's run, one per submission: before nbformat is imported
+    from .lean import skip_slow_optional_imports
+
+    skip_slow_optional_imports()
+
+from . import bubblewrap, container, deadlines, safeio  # noqa: E402
+from .batch import Limits, run_worker, sandbox_label  # noqa: E402
+from .notebook import Assignment, load_assignment, rebuild, source_cells  # noqa: E402
+from .submissions import read_notebook  # noqa: E402
+from .text import Redactor, clean, safe_grades  # noqa: E402
+from .verdict import Grade, check_outcomes, check_reference, grade  # noqa: E402
 
 ROOT_ENV = "DSGD_AUTOGRADER_ROOT"
 CONFIG = "dsgd_autograder.json"

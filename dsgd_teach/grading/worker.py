@@ -22,11 +22,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-if __name__ == "__main__":  # this worker's own process, started once per graded notebook
-    # nbformat imports jsonschema, which imports rfc3987_syntax when it is installed (jupyter_events pulls it in):
-    # that module builds a lark grammar on import, 3 s of CPU per notebook for an "iri" format check that no
-    # notebook schema uses. A None entry makes jsonschema's optional import fail, and it goes on without it.
-    sys.modules.setdefault("rfc3987_syntax", None)
+if __name__ == "__main__":  # this worker's own process, one per graded notebook: before nbformat is imported
+    from .lean import skip_slow_optional_imports
+
+    skip_slow_optional_imports()
 
 import nbformat  # noqa: E402
 from jupyter_client.kernelspec import KernelSpecManager  # noqa: E402
