@@ -369,3 +369,24 @@ def test_a_replaced_denial_channel_is_reported_or_ends_the_kernel(tmp_path, vari
         assert sandbox.CHANNEL_REPLACED in out.stdout and "subprocess.Popen" in out.stdout, (out.stdout, out.stderr)
     else:
         assert out.returncode == -9, (out.returncode, out.stdout, out.stderr)
+
+
+
+@pytest.mark.parametrize("entry", ["dsgd_teach.grading.worker", "dsgd_teach.grading.gradescope"])
+def test_per_notebook_processes_skip_the_slow_optional_imports(entry):
+    """The worker (one per notebook) and the autograder's run import nbformat without what lean.py names."""
+    from dsgd_teach.grading.lean import SLOW_OPTIONAL
+
+    code = textwrap.dedent(f"""\
+        import runpy, sys
+        sys.argv = ["x", "/nonexistent"]
+        try:  # no job on stdin, no autograder root: it stops, after its imports
+            runpy.run_module({entry!r}, run_name="__main__", alter_sys=True)
+        except BaseException:
+            pass
+        print("nbformat" in sys.modules, sorted(m for m in sys.modules if m.split(".")[0] in {SLOW_OPTIONAL!r}
+                                                 and sys.modules[m] is not None))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                         timeout=120)
+    assert out.stdout.strip().splitlines()[-1:] == ["True []"], (out.stdout, out.stderr[-500:])
