@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .mime import MIME
 from .values import encode, same
-
-MIME = "application/vnd.dsgd-teach.check+json"
 
 
 def _publish(payload: dict[str, Any]) -> None:

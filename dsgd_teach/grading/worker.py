@@ -35,7 +35,7 @@ from nbclient.exceptions import CellExecutionComplete, CellTimeoutError, DeadKer
 
 from .denials import Denials  # noqa: E402
 from .kernel import warm_for  # noqa: E402
-from .probe import MIME  # noqa: E402
+from .mime import MIME  # noqa: E402 - not probe's: that imports numpy, which the worker never needs
 
 KERNEL_NAME = "dsgd-grading"
 PREAMBLE = "from dsgd_teach.grading.probe import record as _dsgd_record, reference as _dsgd_reference\n"
