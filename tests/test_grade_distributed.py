@@ -116,9 +116,10 @@ class Cluster:
         self.dep.stop()
 
 
-@pytest.fixture
-def cluster(tmp_path):
-    c = Cluster(tmp_path)
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """One cluster for the module: the batch test leaves it as it found it, the kill test (last) kills a worker."""
+    c = Cluster(tmp_path_factory.mktemp("cluster"))
     try:
         yield c
     finally:
