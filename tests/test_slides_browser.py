@@ -1,12 +1,14 @@
 """Lecture mode in a real browser: chapters 04 and 05 presented as a RISE slideshow in headless Chromium.
 
 A lecturer runs the chapter, presses Alt+R and talks through the slides. The test does the same in the classic
-notebook's RISE (`rise`, served by `nbclassic` next to JupyterLab): it runs every cell but the last
-(`client.close()`), enters slide mode, advances slide by slide with Space until the widget panel is on the
-current slide, changes a control, clicks Run, and checks, without leaving slide mode, that the status reaches
-"Done" and the live figure's pixels change. Both happen only if what the panel's background run thread sends
-(widget state and ipympl frames; ipykernel 7 changed how output from threads is routed) reaches the browser:
-`test_the_check_fails_when_thread_messages_are_dropped` drops exactly those messages and sees the check fail.
+notebook's RISE (`rise`, served by `nbclassic` next to JupyterLab): it runs the chapter's set-up cells (its client)
+and the section of its panel (the chapters' other cells run in test_notebooks.py; here the point is the panel in
+slide mode), waits until the panel has rendered, enters slide mode, advances slide by slide with Space until the
+widget panel is on the current slide, changes a control, clicks Run, and checks, without leaving slide mode, that
+the status reaches "Done" and the live figure's pixels change. Both happen only if what the panel's background run
+thread sends (widget state and ipympl frames; ipykernel 7 changed how output from threads is routed) reaches the
+browser: `test_the_check_fails_when_thread_messages_are_dropped` drops exactly those messages and sees the check
+fail: the kernel reports the run done while the slide still shows it running.
 
 JupyterLab's own slide mode (jupyterlab-rise) is tried too. jupyterlab-rise 0.43.1, the newest on PyPI, bundles
 JupyterLab 4.3.4's core, and the widget manager built for the JupyterLab installed here (4.6) does not load into it
@@ -37,17 +39,25 @@ CHAPTERS = ("04_sync_async", "05_allreduce")
 RUN_BUTTON = re.compile(r"^\s*Run\s*$")
 #: Seconds a panel's run may take before its status must read Done.
 PANEL_TIMEOUT_S = 240
+#: Seconds the negative control watches the slide after the kernel reported the run done: what the run thread
+#: sent before it ended reaches the page before the kernel's report does, and is drawn within this window.
+SETTLE_S = 5
 
-SETUP = """\
+
+
+def setup(steps: int) -> str:
+    """A deck's cell: a one-worker client and an SGD panel of `steps` steps (a draw every 10)."""
+    return f"""\
 from dsgd_teach import start_client
 from dsgd_teach.panel import ExperimentPanel
 from dsgd_teach.sgd import SGDConfig, run_sgd
 import ipywidgets as widgets
 
 client = start_client(1, quiet=True, use_gpu=False)
-panel = ExperimentPanel(client, run_sgd, SGDConfig(steps=300, eval_every=10), resize_cluster=False,
-                        controls={"lr": widgets.Dropdown(options=[0.05, 0.2], value=0.05, description="lr")})
+panel = ExperimentPanel(client, run_sgd, SGDConfig(steps={steps}, eval_every=10), resize_cluster=False,
+                        controls={{"lr": widgets.Dropdown(options=[0.05, 0.2], value=0.05, description="lr")}})
 panel"""
+
 
 #: Run first in the kernel: every comm message sent from a thread other than the kernel's main thread is dropped.
 DROP_THREAD_MESSAGES = """\
@@ -85,8 +95,9 @@ def slides(tmp_path_factory) -> Iterator[tuple[object, object]]:  # noqa: ANN001
     root.mkdir()
     for chapter in CHAPTERS:
         shutil.copyfile(COURSE_DIR / f"{chapter}.ipynb", root / f"{chapter}.ipynb")
-    _deck(root, "deck", [SETUP])
-    _deck(root, "deck_dropping", [DROP_THREAD_MESSAGES + "\n\n" + SETUP])
+    _deck(root, "deck", [setup(300)])
+    # the negative control waits for its run to end: a short one sends the same kinds of messages
+    _deck(root, "deck_dropping", [DROP_THREAD_MESSAGES + "\n\n" + setup(60)])
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     env = {"DSGD_SMOKE": "1", "DSGD_SHAPED_HOSTS": "0"}
     with jupyter_lab(root, tmp / "lab", env, start_timeout=300) as server, chromium(tmp / "profile") as browser:
@@ -108,36 +119,64 @@ def _open_classic(server, browser, name: str):  # noqa: ANN001, ANN202 - playwri
     return page
 
 
-def _run_all_but_last(page, timeout_s: float = 420) -> None:  # noqa: ANN001
-    """Run every cell up to (not including) the last code cell, as Cell > Run All Above would, and wait."""
-    page.evaluate("""() => { const cells = Jupyter.notebook.get_cells(); let last = 0;
-        cells.forEach((c, i) => { if (c.cell_type === 'code') last = i; });
-        window.__dsgdLast = cells.length === last + 1 && cells[last].get_text().includes('close()') ? last : cells.length;
-        Jupyter.notebook.execute_cell_range(0, window.__dsgdLast); }""")
+def _setup_and_panel_cells(path: Path) -> list[int]:
+    """The code cells a lecturer needs for the panel: the opening ones (up to the first markdown cell after code:
+    the client and imports) and those of the panel's section (from its slide's heading to the cell showing it)."""
+    cells = nbformat.read(path, as_version=4).cells
+    code = [i for i, c in enumerate(cells) if c.cell_type == "code"]
+    first_prose = next((i for i in range(code[0], len(cells)) if cells[i].cell_type == "markdown"), len(cells))
+    shown = [i for i in code if cells[i].source.strip().splitlines()[-1].strip() == "panel"]
+    assert shown, f"{path.name} has no cell that shows a panel"
+    heading = max((i for i in range(shown[-1]) if cells[i].cell_type == "markdown"
+                   and cells[i].metadata.get("slideshow", {}).get("slide_type") == "slide"), default=-1)
+    return sorted({i for i in code if i < first_prose or heading < i <= shown[-1]})
+
+
+def _run_cells(page, cells: list[int], timeout_s: float = 420) -> None:  # noqa: ANN001
+    """Run these cells in order, as a lecturer would with Shift+Enter, and wait until each has run."""
+    page.evaluate("(cells) => { window.__dsgdCells = cells; Jupyter.notebook.execute_cells(cells); }", cells)
     page.wait_for_function(
-        """() => !Jupyter.notebook.kernel_busy && Jupyter.notebook.get_cells().slice(0, window.__dsgdLast).every(
-            c => c.cell_type !== 'code' || typeof c.input_prompt_number === 'number')""",
-        timeout=timeout_s * 1000, polling=1000)  # fmt: skip
+        """() => !Jupyter.notebook.kernel_busy && window.__dsgdCells.every(
+            i => typeof Jupyter.notebook.get_cell(i).input_prompt_number === 'number')""",
+        timeout=timeout_s * 1000, polling=500)  # fmt: skip
     errors = page.locator(".output_error").all_text_contents()
     assert not errors, f"a cell raised: {errors[0][:2000]}"
 
 
 def _present_until_panel(page):  # noqa: ANN001, ANN202 - playwright Locator
-    """Enter RISE (Alt+R) at the first slide and press Space until a panel's Run button shows on the current slide."""
+    """Enter RISE (Alt+R) at the first slide and press Space until a panel's Run button shows on the current slide.
+
+    The widget manager draws a panel after its cell has run (and again once it has the kernel's widgets), so the
+    deck is presented only once the Run button is on the page: pressed earlier, Space could pass the panel's slide
+    before the panel was drawn on it."""
+    page.locator(".widget-hbox > button", has_text=RUN_BUTTON).first.wait_for(state="visible", timeout=120_000)
     page.keyboard.press("Escape")
     page.evaluate("() => Jupyter.notebook.select(0)")
     page.keyboard.press("Alt+r")
     page.wait_for_selector("body.rise-enabled .reveal.ready", timeout=60_000)
     run = page.locator(".reveal .slides section.present:not(.stack) .widget-hbox > button", has_text=RUN_BUTTON)
+    at_end = "() => Reveal.isLastSlide() && !Reveal.availableFragments().next"
     for _ in range(300):
         if run.count() and run.first.is_visible():  # a fragment not yet shown is hidden
             page.wait_for_timeout(1500)  # let the slide transition end before judging where the button is
             box, height = run.first.bounding_box(), page.viewport_size["height"]
             assert box and 0 <= box["y"] and box["y"] + box["height"] <= height, f"Run is off the slide: {box}"
             return run.first
+        assert not page.evaluate(at_end), "the deck's last slide came and no slide showed a panel's Run button"
         page.keyboard.press("Space")
         page.wait_for_timeout(100)
     raise AssertionError("pressed Space 300 times and no slide showed a panel's Run button")  # pragma: no cover
+
+
+def _kernel_says(page, code: str, timeout_s: float) -> str:  # noqa: ANN001
+    """Run code in the notebook's kernel (not through a cell) and return what it printed, or its error."""
+    page.evaluate("""(code) => { const out = window.__dsgdSaid = {text: '', reply: null};
+        Jupyter.notebook.kernel.execute(code, {shell: {reply: m => { out.reply = m.content.status; }},
+            iopub: {output: m => { out.text += m.content.text || `${m.content.ename || ''}: ${m.content.evalue || ''}`; }}},
+            {silent: false, store_history: false}); }""", code)  # fmt: skip
+    page.wait_for_function("() => window.__dsgdSaid.reply && (window.__dsgdSaid.text.endsWith('\\n') || "
+                           "window.__dsgdSaid.reply !== 'ok')", timeout=timeout_s * 1000, polling=250)
+    return page.evaluate("() => window.__dsgdSaid.text")
 
 
 def _run_panel_on_slide(page, run, timeout_s: float = PANEL_TIMEOUT_S) -> tuple[str, str, bytes, bytes]:  # noqa: ANN001
@@ -171,7 +210,7 @@ def test_a_chapter_panel_runs_inside_a_rise_slideshow(slides, chapter: str) -> N
     server, browser = slides
     page = _open_classic(server, browser, chapter)
     try:
-        _run_all_but_last(page)
+        _run_cells(page, _setup_and_panel_cells(COURSE_DIR / f"{chapter}.ipynb"))
         run = _present_until_panel(page)
         page.screenshot(path=str(SCREENSHOTS / f"slides_{chapter}_panel_slide.png"))
         text, changed, before, after = _run_panel_on_slide(page, run)
@@ -190,15 +229,29 @@ def test_a_chapter_panel_runs_inside_a_rise_slideshow(slides, chapter: str) -> N
 
 
 def test_the_check_fails_when_thread_messages_are_dropped(slides) -> None:  # noqa: ANN001
-    """With the run thread's comm messages dropped, the slide never sees Done and the figure never changes."""
+    """With the run thread's comm messages dropped, the kernel reports the run done while the slide still shows it
+    running and the figure never changes."""
     server, browser = slides
     page = _open_classic(server, browser, "deck_dropping")
     try:
-        _run_all_but_last(page, timeout_s=180)
+        _run_cells(page, [0], timeout_s=180)
         run = _present_until_panel(page)
-        text, changed, before, after = _run_panel_on_slide(page, run, timeout_s=45)
+        panel = run.locator("xpath=../..")
+        canvas = panel.locator(".jupyter-matplotlib-canvas-div").first
+        canvas.wait_for(timeout=60_000)
+        before = canvas.screenshot()
+        status = run.locator("xpath=..").locator(".widget-html-content").first
+        run.click()
+        page.wait_for_function("(el) => /^Running/.test(el.textContent)", arg=status.element_handle(),
+                               timeout=60_000)  # the click, answered from the kernel's main thread
+        said = _kernel_says(page, f"print(panel.wait({PANEL_TIMEOUT_S}) is not None, panel.status.value)",
+                            PANEL_TIMEOUT_S + 30)
+        assert said.startswith("True Done"), f"the run did not end well in the kernel: {said!r}"
+        deadline, text = time.monotonic() + SETTLE_S, ""
+        while time.monotonic() < deadline and not (text := status.text_content() or "").startswith("Done"):
+            time.sleep(0.25)
         assert text.startswith("Running"), f"status {text!r}: the thread's messages were not dropped"
-        assert after == before, "the figure changed although the thread's frames were dropped"
+        assert canvas.screenshot() == before, "the figure changed although the thread's frames were dropped"
         assert _still_presenting(page)
     finally:
         server.shutdown_kernels()
