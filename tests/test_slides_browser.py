@@ -44,7 +44,6 @@ PANEL_TIMEOUT_S = 240
 SETTLE_S = 5
 
 
-
 def setup(steps: int) -> str:
     """A deck's cell: a one-worker client and an SGD panel of `steps` steps (a draw every 10)."""
     return f"""\
