@@ -285,6 +285,13 @@ def test_bounded_delay_async_sgd_converges_with_a_shrinking_step():
         assert source in body, source
 
 
+def test_agarwal_and_duchis_rate_counts_iterations_of_n_nodes():
+    """Agarwal & Duchi (2011, abstract and main result): N-node architectures reach O(1/sqrt(NT)) after T iterations,
+    NT gradients in all; 'after T updates' of one gradient each would beat the optimal rate of T samples."""
+    body = text(chapter("04"))
+    assert "$O(1/\\sqrt{NT})$ after $T$ updates" not in body
+    assert "$O(1/\\sqrt{NT})$ after $T$ iterations (each of which brings in a gradient from every node)" in body
+
 def test_the_gate_is_not_described_as_an_ssp_clock_rule():
     solution = _read("course/solutions/04_sync_async_solutions.md").split("## Exercise 4")[1].split("\n## ")[0]
     assert "ahead of the slowest worker" not in solution
@@ -432,16 +439,54 @@ def test_fsdp_prefetching_cites_its_sections():
     assert "Zhao et al. 2023, section 3.4.2" in text(chapter("11"))
 
 
-def test_the_at_scale_chapter_gives_full_references():
-    """Every 'Author (et al.) year' the at-scale chapter cites has an entry, with a title, in its References."""
-    cited_in = [c for c in cells(chapter("11")) if not c.startswith("**References.**")]
-    refs = next(c for c in cells(chapter("11")) if c.startswith("**References.**"))
-    cited = set(re.findall(r"([A-Z][a-z]+)(?: et al\.| & [A-Z][\w ]+?)?,? \(?(\d{4}[ab]?)\b", " ".join(cited_in)))
-    cited = {(name, year) for name, year in cited if name not in {"At", "In", "The"}}
-    assert len(cited) >= 12, cited
-    for name, year in sorted(cited):
-        assert re.search(rf"{name}\b[^*]*?\({year}\), \*", refs), f"chapter 11 cites {name} {year} without a reference"
+def _references(prefix: str) -> tuple[str, str]:
+    """A chapter's markdown without its references, and its references paragraph (from '**References.**' to the end
+    of that cell)."""
+    ch = cells(chapter(prefix))
+    i = next((i for i, c in enumerate(ch) if "**References.**" in c), None)
+    assert i is not None, f"chapter {prefix} has no **References.** paragraph"
+    before, refs = ch[i].split("**References.**", 1)
+    return " ".join((*ch[:i], before, *ch[i + 1:])), refs
 
+
+@pytest.mark.parametrize("prefix, least", [("04", 12), ("05", 6), ("06", 3), ("11", 12)])
+def test_chapters_give_full_references(prefix, least):
+    """Every 'Author (et al.) year' a chapter cites has an entry, with a title, in its References: chapter 04 once
+    listed six sources by nickname only ('Recht et al. 2011 (Hogwild!)') and left out the eight others it leans on,
+    chapter 06 had no references at all."""
+    cited_in, refs = _references(prefix)
+    cited = set(re.findall(r"([A-Z][a-z]+)(?: et al\.| & [A-Z][\w ]+?)?,? \(?(\d{4}[ab]?)\b", cited_in))
+    cited = {(name, year) for name, year in cited if name not in {"At", "In", "The"}}
+    assert len(cited) >= least, cited
+    for name, year in sorted(cited):
+        assert re.search(rf"{name}\b[^*]*?\({year}\), \*", refs), f"chapter {prefix} cites {name} {year} without a reference"
+
+
+def test_horovods_scale_is_the_128_gpus_of_its_benchmarks():
+    """Sergeev & Del Balso (2018) benchmarked Horovod on 1 to 128 GPUs (chapter 05 quotes its 128-GPU efficiency);
+    chapter 11 once credited them, and Baidu, with 'thousands of GPUs'."""
+    opening = cells(chapter("11"))[0]
+    assert "thousands of GPUs" not in opening
+    assert "up to 128 GPUs (Horovod's benchmarks, Sergeev & Del Balso 2018)" in opening
+    assert "on 128 GPUs" in text(chapter("05"))
+
+
+def test_the_intra_op_sweep_stops_at_the_cores_the_prose_says_so():
+    """Chapter 06's intra-op sweep runs T = 1 .. cores (run_intra_op: max_threads None means the worker's cores), so
+    the prose cannot read 'with more threads than cores the speedup falls below 1 thread's' off that plot; past the
+    cores (the panel's sliders reach twice them) the speedup stops growing and often drops."""
+    import inspect
+
+    from dsgd_teach.threads import intra, panel
+    from dsgd_teach.threads.common import counts
+
+    cell = next(c for c in cells(chapter("06")) if c.startswith("The dashed line is the ideal"))
+    assert "with more threads than cores the speedup falls *below* 1 thread's" not in cell
+    assert "The sweep stops at the worker's cores" in cell and "twice the cores" in cell
+    assert intra.IntraOpConfig().max_threads is None
+    assert "config.max_threads or cores" in inspect.getsource(intra.run_intra_op)
+    assert max(counts(8)) == 8
+    assert "2 * worker_cores(client)" in inspect.getsource(panel.threads_panel)
 
 def test_distbelief_citation_names_both_sections():
     """Dean et al. (2012): section 3 is model parallelism (a partition's work over a machine's cores), section 4 the
