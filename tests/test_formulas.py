@@ -221,6 +221,27 @@ def test_chapter_11s_machine_numbers_are_the_simulators_defaults():
     assert "200 Gb/s (`bandwidth_Bps=25e9`, so $\\beta = 4 \\cdot 10^{-11}$ s per byte)" in body
     assert c.bandwidth_Bps == 200e9 / 8 and 1 / c.bandwidth_Bps == pytest.approx(4e-11) and c.alpha_s == 5e-6
 
+
+def test_chapter_11s_simulator_speed_is_the_benchmarks():
+    """Chapter 11 once said simulating a hundred workers for a minute 'takes a second or two of ours'; at the default
+    5 ms gradient that is about 400 000 gradient events, far more than the benchmark's pace. It now quotes the
+    benchmark (dsgd_teach/bench/sim.py): 1000 synchronous workers for 100 steps, wall seconds and simulated seconds
+    from docs/benchmarks.md."""
+    import inspect
+
+    from dsgd_teach.bench import sim as sim_bench
+
+    cell = next(c for c in cells(chapter("11")) if c.startswith("## What is simulated, and how"))
+    assert "a minute of their time takes a second or two of ours" not in cell
+    m = re.search(r"(\d+) synchronous workers for (\d+) steps, about (\d+) simulated seconds, took ([\d.]+) s of ours",
+                  cell)
+    workers, steps, simulated, wall = int(m.group(1)), int(m.group(2)), int(m.group(3)), float(m.group(4))
+    figures = _bench_figures()
+    assert "SimConfig(workers=1000, steps=steps" in inspect.getsource(sim_bench.measure) and workers == 1000
+    assert steps == figures["sim.sync_1000w_steps"]
+    assert wall == round(figures["sim.sync_1000w_wall_s"], 1)
+    assert simulated == round(figures["sim.sync_1000w_wall_s"] * figures["sim.sync_1000w_sim_per_wall_ratio"])
+
 # --- the other formulas the prose states -----------------------------------------------------------------------
 
 
