@@ -242,6 +242,23 @@ def test_chapter_11s_simulator_speed_is_the_benchmarks():
     assert wall == round(figures["sim.sync_1000w_wall_s"], 1)
     assert simulated == round(figures["sim.sync_1000w_wall_s"] * figures["sim.sync_1000w_sim_per_wall_ratio"])
 
+
+def test_chapter_11s_delay_table_is_the_benchmark_table():
+    """Reproduction 5's table (4 and 1400 workers: mean delay, AdaGrad's and AdaRevision's final loss, mean ± sd) and
+    its '3000 updates, learning rate 0.5' are docs/benchmarks.md's delay_tolerant rows, rounded as written."""
+    figures = _bench_figures()
+    cell = next(c for c in cells(chapter("11")) if "| 1400 |" in c)
+    assert f"{int(figures['delay_tolerant.updates'])} updates, learning rate {figures['delay_tolerant.lr']:g}" in cell
+    rows = re.findall(r"\| (\d+) \| (\d+) \| ([\d.]+) ± ([\d.]+) \| ([\d.]+) ± ([\d.]+) \|", cell)
+    assert [int(r[0]) for r in rows] == [4, 1400], rows
+    for workers, delay, *losses in rows:
+        key = f"delay_tolerant.n{workers}"
+        assert int(delay) == round(figures[f"{key}_adagrad_mean_delay"])
+        for (mean, sd), rule in zip((losses[:2], losses[2:]), ("adagrad", "adarevision"), strict=True):
+            digits = len(mean.split(".")[1])
+            assert float(mean) == pytest.approx(figures[f"{key}_{rule}_loss_mean"], abs=0.6 * 10**-digits), (key, rule)
+            assert float(sd) == pytest.approx(figures[f"{key}_{rule}_loss_sd"], abs=0.6 * 10**-len(sd.split(".")[1]))
+
 # --- the other formulas the prose states -----------------------------------------------------------------------
 
 
