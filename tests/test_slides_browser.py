@@ -2,8 +2,8 @@
 
 A lecturer runs the chapter, presses Alt+R and talks through the slides. The test does the same in the classic
 notebook's RISE (`rise`, served by `nbclassic` next to JupyterLab): it runs the chapter's set-up cells (its client)
-and the section of its panel (the chapters' other cells run in test_notebooks.py; here the point is the panel in
-slide mode), waits until the panel has rendered, enters slide mode, advances slide by slide with Space until the
+and the section of its panel (whole chapters run in test_browser.py and test_external_deployment.py; here the
+point is the panel in slide mode), waits until the panel has rendered, enters slide mode, advances slide by slide with Space until the
 widget panel is on the current slide, changes a control, clicks Run, and checks, without leaving slide mode, that
 the status reaches "Done" and the live figure's pixels change. Both happen only if what the panel's background run
 thread sends (widget state and ipympl frames; ipykernel 7 changed how output from threads is routed) reaches the
