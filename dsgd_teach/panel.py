@@ -37,15 +37,35 @@ _pending_snapshots: list[ExperimentPanel] = []
 
 
 class _LockedCanvas(Canvas):
-    """An ipympl canvas whose browser-driven redraws take the panel's lock (matplotlib is not thread-safe)."""
+    """An ipympl canvas whose browser-driven redraws and whose prints take the panel's lock (matplotlib is not
+    thread-safe).
+
+    matplotlib's print_figure (savefig, a panel's snapshot) takes the canvas's figure manager away while it prints;
+    a browser message handled meanwhile found none ("'NoneType' object has no attribute 'handle_json'", raised in
+    the kernel when a full-mode chapter snapshotted its panels in JupyterLab). Such messages wait for the print to
+    end and are handled then.
+    """
 
     def __init__(self, figure: Figure, lock: threading.RLock) -> None:
         super().__init__(figure)
         self._draw_lock = lock
+        self._deferred: list[tuple[Any, Any, Any]] = []
 
     def _handle_message(self, object, content, buffers):  # noqa: A002, ANN001, ANN202 - ipympl's signature
         with self._draw_lock:
+            if self.manager is None:  # a print on this thread is under way: handled when it ends
+                self._deferred.append((object, content, buffers))
+                return None
             return super()._handle_message(object, content, buffers)
+
+    def print_figure(self, *args: Any, **kwargs: Any) -> Any:
+        """matplotlib's print_figure under the lock, then the browser messages that came while it printed."""
+        with self._draw_lock:
+            try:
+                return super().print_figure(*args, **kwargs)
+            finally:
+                while self._deferred and self.manager is not None:
+                    super()._handle_message(*self._deferred.pop(0))
 
 
 def live_figure(figsize: tuple[float, float], lock: threading.RLock | None = None) -> tuple[Figure, Canvas]:

@@ -81,3 +81,25 @@ def test_the_summary_wraps_instead_of_running_off_the_panel():
     assert "flex-wrap:wrap" in text and "<table" not in text
     assert text.count("<div style='min-width:8em'>") == len(summary)
     assert "figure_number_11</b><br>3.667" in text and "&lt;b&gt;x&lt;/b&gt;" in text
+
+
+def test_a_browser_message_during_a_print_waits_for_the_print_instead_of_failing() -> None:
+    """matplotlib's print_figure removes the canvas's figure manager while it prints; a message from the browser
+    handled meanwhile (here: by an artist drawn during the print, on the printing thread) is handled afterwards."""
+    import io
+
+    from matplotlib.artist import Artist
+
+    from dsgd_teach.panel import live_figure
+
+    fig, canvas = live_figure((3, 2))
+    handled: list[str] = []
+    canvas.manager.handle_json = lambda content: handled.append(content["type"])
+
+    class MessageDuringDraw(Artist):
+        def draw(self, renderer) -> None:  # noqa: ANN001 - matplotlib's signature
+            canvas._handle_message(canvas, {"type": "refresh"}, [])
+
+    fig.add_artist(MessageDuringDraw())
+    fig.savefig(io.BytesIO(), format="png")
+    assert handled == ["refresh"] and canvas.manager is not None
