@@ -100,6 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("build/course"))
     parser.add_argument("--smoke", action="store_true", help="small data, few steps (sets DSGD_SMOKE=1)")
     parser.add_argument("--only", nargs="*", default=None, help="chapter numbers or names to run, e.g. 00 01")
+    parser.add_argument("--notebooks-only", action="store_true",
+                        help="write the executed notebooks only: no HTML pages, no panel snapshots (a check's run)")
     args = parser.parse_args(argv)
     if args.smoke:
         os.environ["DSGD_SMOKE"] = "1"
@@ -109,7 +111,8 @@ def main(argv: list[str] | None = None) -> int:
         for path in bar:
             bar.set_description(path.stem)
             try:
-                times[path.name] = execute(path, args.out, snapshots=True)
+                times[path.name] = execute(path, args.out, html=not args.notebooks_only,
+                                           snapshots=not args.notebooks_only)
             except Exception as exc:
                 failures.append(path.name)
                 tqdm.write(f"FAILED {path.name}: {type(exc).__name__}: {str(exc)[-2000:]}")
