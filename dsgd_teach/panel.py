@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import html
 import io
-import itertools
 import os
 import threading
 import time
@@ -18,70 +17,21 @@ from typing import Any
 
 import ipywidgets as widgets
 from distributed import Client
-from ipympl.backend_nbagg import Canvas, FigureManager
 from matplotlib.figure import Figure
 
 from .config import Config
+from .live_canvas import live_figure
 from .plots import plot_live
 from .runtime.workers import get_workers
 from .trace import Result, StopRequested, to_frame
 
 RunFn = Callable[[Any, Client, Any], Result]
 PlotFn = Callable[[Figure, Any], None]
-_figure_numbers = itertools.count(1000)
 #: Set for the kernels that `make course` runs: every panel a cell builds then runs its settings once when the cell
 #: ends and leaves a static figure of that run beneath it, for readers where the live widget cannot render.
 SNAPSHOT_ENV = "DSGD_PANEL_SNAPSHOT"
 SNAPSHOT_TIMEOUT_S = 900.0
 _pending_snapshots: list[ExperimentPanel] = []
-
-
-class _LockedCanvas(Canvas):
-    """An ipympl canvas whose browser-driven redraws and whose prints take the panel's lock (matplotlib is not
-    thread-safe).
-
-    matplotlib's print_figure (savefig, a panel's snapshot) takes the canvas's figure manager away while it prints;
-    a browser message handled meanwhile found none ("'NoneType' object has no attribute 'handle_json'", raised in
-    the kernel when a full-mode chapter snapshotted its panels in JupyterLab). Such messages wait for the print to
-    end and are handled then.
-    """
-
-    def __init__(self, figure: Figure, lock: threading.RLock) -> None:
-        super().__init__(figure)
-        self._draw_lock = lock
-        self._deferred: list[tuple[Any, Any, Any]] = []
-
-    def _handle_message(self, object, content, buffers):  # noqa: A002, ANN001, ANN202 - ipympl's signature
-        with self._draw_lock:
-            if self.manager is None:  # a print on this thread is under way: handled when it ends
-                self._deferred.append((object, content, buffers))
-                return None
-            return super()._handle_message(object, content, buffers)
-
-    def print_figure(self, *args: Any, **kwargs: Any) -> Any:
-        """matplotlib's print_figure under the lock, then the browser messages that came while it printed."""
-        with self._draw_lock:
-            try:
-                return super().print_figure(*args, **kwargs)
-            finally:
-                while self._deferred and self.manager is not None:
-                    super()._handle_message(*self._deferred.pop(0))
-
-
-def live_figure(figsize: tuple[float, float], lock: threading.RLock | None = None) -> tuple[Figure, Canvas]:
-    """A matplotlib figure drawn by an ipympl canvas widget, whatever the notebook's global backend.
-
-    The run thread redraws the figure while the kernel's main thread renders it for the browser; both hold
-    `lock`, so they never touch the figure at the same time.
-    """
-    fig = Figure(figsize=figsize, dpi=90)
-    canvas = _LockedCanvas(fig, lock or threading.RLock())
-    FigureManager(canvas, next(_figure_numbers))
-    canvas.header_visible = False
-    canvas.footer_visible = False
-    canvas.toolbar_visible = False
-    canvas.resizable = False
-    return fig, canvas
 
 
 class ExperimentPanel(widgets.VBox):

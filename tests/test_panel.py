@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 
 import ipywidgets as widgets
@@ -90,7 +93,7 @@ def test_a_browser_message_during_a_print_waits_for_the_print_instead_of_failing
 
     from matplotlib.artist import Artist
 
-    from dsgd_teach.panel import live_figure
+    from dsgd_teach.live_canvas import live_figure
 
     fig, canvas = live_figure((3, 2))
     handled: list[str] = []
@@ -103,3 +106,44 @@ def test_a_browser_message_during_a_print_waits_for_the_print_instead_of_failing
     fig.add_artist(MessageDuringDraw())
     fig.savefig(io.BytesIO(), format="png")
     assert handled == ["refresh"] and canvas.manager is not None
+
+
+@pytest.mark.parametrize("backend", ["agg", "svg", "auto"])
+def test_importing_the_panel_keeps_the_notebook_s_matplotlib_backend(backend: str) -> None:
+    """ipympl's import switches pyplot to ipympl when matplotlib is loaded; a chapter that chose `%matplotlib inline`
+    then got widget canvases from plt.subplots, printed on one thread while JupyterLab's widget subshell handled
+    their messages on another ("'NoneType' object has no attribute 'handle_json'")."""
+    code = (
+        "import matplotlib, matplotlib.pyplot as plt\n"
+        "before = matplotlib.rcParams._get_backend_or_none()\n"
+        "import dsgd_teach.panel, dsgd_teach.transformer.panel\n"
+        "print(before, matplotlib.rcParams._get_backend_or_none())\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "MPLBACKEND"}
+    if backend != "auto":
+        env["MPLBACKEND"] = backend
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    before, after = out.stdout.split()
+    if before == "None":  # not chosen yet: pyplot, loaded, resolves it as it would have on its first figure
+        assert "ipympl" not in after, f"importing the panel switched matplotlib's backend to {after}"
+    else:
+        assert after == before, f"importing the panel changed matplotlib's backend from {before} to {after}"
+
+
+def test_the_ranking_widget_draws_without_pyplot(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its dropdowns redraw on the widget thread: a figure of its own, shown as a PNG, never pyplot's figures."""
+    import matplotlib.pyplot as plt
+    from IPython.display import Image
+
+    from dsgd_teach.collectives.cost_model import AlphaBeta
+    from dsgd_teach.transformer import panel
+    from dsgd_teach.transformer.calibration import Calibration
+
+    shown: list[object] = []
+    monkeypatch.setattr(panel, "display", lambda *objs: shown.extend(objs))
+    before = plt.get_fignums()
+    box = panel.ranking_widget(Calibration(flops_per_s=1e10, overhead_s=1e-4, cores=2, link=AlphaBeta(1e-4, 1e-9)))
+    box.children[0].children[1].value = 4  # N: redraws
+    assert len(shown) == 2 and all(isinstance(o, Image) and o.data[:4] == b"\x89PNG" for o in shown)
+    assert plt.get_fignums() == before

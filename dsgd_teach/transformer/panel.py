@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import io
+
 import ipywidgets as widgets
-import matplotlib.pyplot as plt
 from distributed import Client
+from IPython.display import Image, display
+from matplotlib.figure import Figure
 
 from ..panel import ExperimentPanel
 from .calibration import Calibration, rank_layouts
@@ -46,14 +49,16 @@ def ranking_widget(cal: Calibration) -> widgets.VBox:
     def update(*_: object) -> None:
         values = {k: w.value for k, w in controls.items()}
         html.value = ranking_table(**values, cal=cal)
+        fig = Figure(figsize=(7, 3.6))  # not pyplot's: this runs on the widget thread, beside the cells' figures
+        table = rank_layouts(MODELS[values["model"]], values["ranks"], values["batch"], cal,
+                             values["memory_mib"] * 2**20, values["microbatches"])
+        if len(table):
+            plot_ranking(fig.add_subplot(), table)
+        png = io.BytesIO()
+        fig.savefig(png, format="png", bbox_inches="tight")
         picture.clear_output(wait=True)
         with picture:
-            fig, ax = plt.subplots(figsize=(7, 3.6))
-            table = rank_layouts(MODELS[values["model"]], values["ranks"], values["batch"], cal,
-                                 values["memory_mib"] * 2**20, values["microbatches"])
-            if len(table):
-                plot_ranking(ax, table)
-            plt.show()
+            display(Image(data=png.getvalue(), format="png"))
 
     for w in controls.values():
         w.observe(update, names="value")
