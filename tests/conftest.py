@@ -117,13 +117,13 @@ def nothing_left_behind():
 
 # The modules that take minutes each, longest first: `make test` runs them first so that its two pytest-xdist
 # workers (one file per worker at a time) finish together instead of one waiting on a long file started last.
-SLOW_MODULES = ("test_browser.py", "test_nbgrader_route.py", "test_grading_batch.py", "test_memory.py",
+SLOW_MODULES = ("test_browser.py", "test_nbgrader_route.py", "test_grading_batch.py",
                 "test_grading_hostile.py", "test_grading_sandbox.py", "test_hub.py", "test_multihost.py",
                 "test_slides_browser.py", "test_lab_workspace.py")
 
 
-# Last: the book test builds the book from the chapters test_memory.py executed in this run (it executes those
-# missing itself), so it goes after everything else.
+# Last: the book test builds the book from the chapters test_browser.py executed in this run, in full mode (it
+# executes those missing itself), so it goes after everything else.
 LAST_MODULES = ("test_book.py",)
 
 
@@ -140,9 +140,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Run the slow modules first, and skip a chapter's plain smoke-mode run when this session also runs it in
     JupyterLab.
 
-    test_browser.py executes the same chapter in smoke mode in a real kernel and fails on the same things (an
-    error output, a traceback on stderr) and more, so running it twice only costs time. Without Chromium, or
-    with the browser tests deselected, the plain run stays.
+    test_browser.py executes the chapter in full mode in a real kernel and fails on the same things (an error
+    output, a traceback on stderr) and more; test_external_deployment.py runs it in smoke mode on a CLI deployment
+    (in the compat stage under `make test`). Without Chromium, or with the browser tests deselected, the plain run
+    stays.
     """
     from browser_support import chromium_missing_reason
 
@@ -154,4 +155,4 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if (getattr(item, "originalname", "") == "test_chapter_executes_in_smoke_mode"
                 and item.callspec.id in in_lab):
-            item.add_marker(pytest.mark.skip(reason="run in smoke mode in JupyterLab by test_browser.py this session"))
+            item.add_marker(pytest.mark.skip(reason="run in JupyterLab by test_browser.py this session"))

@@ -1,12 +1,19 @@
-"""Every chapter in a real browser: JupyterLab in headless Chromium runs the cells and clicks each panel's Run.
+"""Every chapter in a real browser: JupyterLab in headless Chromium runs the cells and clicks a panel's Run.
 
-What is checked is what a person would see: no error output in any cell, a working dask dashboard link under the
-first code cell (direct and through jupyter-server-proxy), a panel that reaches "Done" after a control is changed,
-and a live figure whose pixels changed. Screenshots go to build/screenshots/ for people to look at.
+What is checked is what a person would see: no error output in any cell and no error from the kernel, a working
+dask dashboard link under the first code cell (direct and through jupyter-server-proxy), a panel whose run, started
+by a click after a control is changed, reaches "Done", and a live figure whose pixels changed. Screenshots go to build/screenshots/ for people to look at.
+
+The chapters run as a learner on Binder runs them: full mode (their default settings), every panel run once as the
+cell that builds it ends (panel.py's snapshot, the static figure the book shows), no emulated hosts (Binder gives no
+root). Meanwhile the kernel and everything it starts are held to Binder's 2 GiB (tests/memory_support.py), and the
+executed chapter, read from JupyterLab's own notebook model, is what tests/test_book.py builds the book from.
+Smoke mode runs every chapter too, on a CLI deployment (tests/test_external_deployment.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import re
@@ -14,18 +21,27 @@ import shutil
 import subprocess
 import sys
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
+import nbformat
+import psutil
 import pytest
+from book_support import executed_dir
 from browser_support import chromium, chromium_missing_reason, jupyter_lab
+from memory_support import MiB, TreeMemory, budget_for_build, record_peak
 
-from dsgd_teach.course_runner import COURSE_DIR, chapters
+from dsgd_teach.course_runner import COURSE_DIR, chapters, record_run, write_executed
+from dsgd_teach.memory import torch_build
+from dsgd_teach.panel import SNAPSHOT_ENV
 
 SCREENSHOTS = COURSE_DIR.parent / "build" / "screenshots"
 CHAPTERS = chapters()
-MAX_PANELS = 3
-RUN_CELLS_TIMEOUT_S = 300
+MAX_PANELS = 1  # every panel already ran once in the kernel (its snapshot); the browser checks one per chapter
+RUN_CELLS_TIMEOUT_S = 900  # full mode on a loaded 2-core machine: the slowest chapter took 215 s under CI's load
 PANEL_TIMEOUT_S = 240
+#: The kernel's environment: a learner on Binder (full mode, no root for emulated hosts), panels snapshotted once.
+FULL_MODE = {"DSGD_SMOKE": "0", SNAPSHOT_ENV: "1", "DSGD_SHAPED_HOSTS": "0"}
 
 # JavaScript: the notebook panel open on `path` (the app is exposed by --LabApp.expose_app_in_browser).
 _FIND = "const w = Array.from(window.jupyterapp.shell.widgets('main')).find(x => x.context && x.context.path === path);"
@@ -44,7 +60,8 @@ _LISTEN = _FIND + """
   const k = w.sessionContext.session.kernel;
   k.iopubMessage.connect((_, msg) => {
     const t = msg.header.msg_type, c = msg.content;
-    if (t === 'error') window.__dsgdErrors.push(`kernel error: ${c.ename}: ${c.evalue}`);
+    if (t === 'error') window.__dsgdErrors.push(`kernel error (handling a ${msg.parent_header.msg_type}): ${c.ename}: ` +
+      `${c.evalue}\\n` + (c.traceback || []).join('\\n').replace(/\\x1b\\[[0-9;]*m/g, '').slice(-3000));
     if (t === 'stream' && c.name === 'stderr' && c.text.includes('Traceback')) window.__dsgdErrors.push(c.text);
   });
   w.sessionContext.statusChanged.connect((_, s) => {
@@ -110,6 +127,16 @@ class Chapter:
             f"{self.name}: cells still running after {timeout_s:.0f} s (kernel {state.get('kernel')}, cells not "
             f"run: {pending})\n{self.server.log_tail(30)}"
         )
+
+    def notebook(self) -> nbformat.NotebookNode:
+        """The notebook as JupyterLab holds it now, outputs included (nothing is saved to disk)."""
+        model = self.page.evaluate(_js(_FIND + "return w.context.model.toJSON();"), self.name)
+        for cell in model["cells"]:  # JupyterLab writes absent attachments as null; the format omits them
+            if "attachments" in cell and cell["attachments"] is None:
+                del cell["attachments"]
+        nb = nbformat.from_dict(model)
+        nbformat.validate(nb)
+        return nb
 
     def errors(self, state: dict) -> list[str]:
         model = [e for c in state["cells"] for e in c["errors"]]
@@ -190,17 +217,27 @@ def exercise_panel(chapter: Chapter, panel, index: int) -> dict:  # noqa: ANN001
     panel.scroll_into_view_if_needed()
     canvas = panel.locator(".jupyter-matplotlib-canvas-div").first
     assert canvas.count(), f"{chapter.name}: panel {index} shows no live figure"
-    before = canvas.screenshot()
-    changed = change_a_control(panel)
     run_button = panel.locator("xpath=./div[contains(@class,'widget-hbox')]/button[normalize-space()='Run']")
     status = run_button.locator("xpath=..").locator(".widget-html-content").first
+    shown, deadline = "", time.monotonic() + 30
+    while not shown.strip() and time.monotonic() < deadline:  # JupyterLab renders an output once it is in view
+        time.sleep(0.2)
+        shown = status.text_content() or ""  # "Ready.", or "Done in …" where the panel's snapshot ran it
+    assert shown.strip(), f"{chapter.name}: panel {index}'s status never rendered"
+    before = canvas.screenshot()
+    changed = change_a_control(panel)
     t0 = time.monotonic()
     run_button.click()
     deadline = t0 + PANEL_TIMEOUT_S
-    text = status.text_content() or ""
-    while not re.match(r"(Done|Stopped|Failed)", text) and time.monotonic() < deadline:
-        time.sleep(0.5)
+    text, started = shown, False
+    while time.monotonic() < deadline:  # this run's start (a new status or the button disabled), then its end
+        disabled = run_button.is_disabled()  # set before the status changes, cleared after the run's last status
+        started = started or text != shown or disabled
+        if started and not disabled and re.match(r"(Done|Stopped|Failed)", text):
+            break
+        time.sleep(0.5 if started else 0.05)  # a run takes seconds: polled this often, its start is never missed
         text = status.text_content() or ""
+    assert started, f"{chapter.name}: panel {index} never started a run after Run was clicked (status {text!r})"
     errors = [e for e in panel.locator(".dsgd-error").all_text_contents() if e.strip()]
     assert not errors, f"{chapter.name}: panel {index} shows an error after changing {changed}: {errors}"
     kernel_errors = chapter.page.evaluate("() => window.__dsgdErrors")
@@ -233,36 +270,72 @@ def full_notebook_screenshot(chapter: Chapter, width: int = 1400, max_height: in
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
-    """JupyterLab on course/ in smoke mode, and a fresh headless Chromium (both stopped after the module)."""
+    """JupyterLab on course/ in full mode, and a fresh headless Chromium (both stopped after the module)."""
     reason = chromium_missing_reason()
     if reason:
         pytest.skip(reason)
     work = tmp_path_factory.mktemp("lab")
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    with jupyter_lab(COURSE_DIR, work, {"DSGD_SMOKE": "1"}) as server, chromium(work / "profile") as browser:
+    with jupyter_lab(COURSE_DIR, work, FULL_MODE) as server, chromium(work / "profile") as browser:
         yield server, browser
 
 
+def _kernels(server) -> set[int]:  # noqa: ANN001 - browser_support.LabServer
+    """The pids of the server's kernel processes."""
+    with contextlib.suppress(psutil.NoSuchProcess):
+        return {p.pid for p in psutil.Process(server.proc.pid).children()
+                if "ipykernel" in " ".join(p.cmdline())}
+    return set()
+
+
+def _check_memory(path: Path, sampler: TreeMemory, seconds: float) -> None:
+    """Record the chapter's peaks in build/memory/peaks.json and hold them to Binder's budget."""
+    assert sampler.samples > 0, "the memory sampler never ran"
+    entry = {"peak_pss_mib": round(sampler.peak_pss / MiB), "peak_rss_sum_mib": round(sampler.peak_rss / MiB),
+             "max_processes": sampler.peak_procs, "samples": sampler.samples, "seconds": round(seconds, 1)}
+    record_peak(path.stem, entry)
+    print(f"{path.stem}: {entry}")
+    budget = budget_for_build(sampler.peak_procs)
+    assert sampler.peak_pss <= budget, (
+        f"{path.name}: kernel + cluster peaked at {sampler.peak_pss / MiB:.0f} MiB PSS "
+        f"(RSS sum {sampler.peak_rss / MiB:.0f} MiB), over the {budget / MiB:.0f} MiB budget ({torch_build()} build)"
+    )
+
+
 @pytest.mark.browser
-@pytest.mark.timeout(600)
+@pytest.mark.notebook
+@pytest.mark.timeout(1500)
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
-def test_chapter_in_jupyterlab(path, lab):
+def test_chapter_in_jupyterlab(path, lab, monkeypatch):
     server, browser = lab
     page = browser.new_page()
     chapter = Chapter(page, server, path)
     original = path.read_bytes()
     t0, log_start = time.monotonic(), server.log_size()
     timings: dict[str, object] = {}
+    sampler: TreeMemory | None = None
     try:
+        before = _kernels(server)
         chapter.open()
+        kernel = _kernels(server) - before
+        assert len(kernel) == 1, f"{path.name}: expected one new kernel process, found {sorted(kernel)}"
+        sampler = TreeMemory(kernel.pop())
+        sampler.start()
         n_cells = len(chapter.state()["cells"])
+        started = datetime.now(timezone.utc)
         chapter.run("notebook:run-all-above", n_cells - 1)  # everything but the last cell, client.close()
         state = chapter.wait_cells(n_cells - 1, RUN_CELLS_TIMEOUT_S)
         server.remember_processes()
+        sampler.stop()
         timings["cells_s"] = round(time.monotonic() - t0, 1)
+        executed = chapter.notebook()  # before the panels below change their figures: what the book shows
+        monkeypatch.setenv("DSGD_SMOKE", "0")  # the run's mode, as record_run reads it
+        record_run(executed, started, timings["cells_s"])
+        write_executed(executed, executed_dir() / path.name)
         errors = chapter.errors(state)
         assert not errors, f"{path.name}: errors shown:\n" + "\n".join(errors)
         assert not chapter.never_ran(state, n_cells - 1), f"{path.name}: cells never ran: {chapter.never_ran(state, n_cells - 1)}"
+        _check_memory(path, sampler, timings["cells_s"])
         timings["dashboard"] = check_dashboard(chapter, state)
         run_buttons = page.locator(".jp-OutputArea-output .widget-vbox > .widget-hbox > button", has_text=re.compile(r"^\s*Run\s*$"))
         uses_panel = any("panel" in "".join(c["source"]).lower() for c in json.loads(original)["cells"] if c["cell_type"] == "code")
@@ -281,6 +354,8 @@ def test_chapter_in_jupyterlab(path, lab):
         page.screenshot(path=str(SCREENSHOTS / f"{path.stem}_failure.png"))
         raise
     finally:
+        if sampler is not None:
+            sampler.stop()
         shutil.copyfile(server.log_path, SCREENSHOTS / "jupyter-lab.log")
         timings["total_s"] = round(time.monotonic() - t0, 1)
         _record_timing(path.stem, timings)
