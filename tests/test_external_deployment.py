@@ -74,7 +74,9 @@ def test_worker_settings_reach_workers_the_course_did_not_start(cli_deployment, 
 
 
 @pytest.mark.notebook
-@pytest.mark.timeout(420)
+# Each cell has its own 300 s limit (execute below); the chapter's is the slowest seen under make test's load (357 s,
+# chapter 10 in the compat stage, 299 s of it between two cells with the kernel busy: not yet explained) with room.
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize("path", chapters(), ids=lambda p: p.stem)
 def test_chapter_on_cli_deployment_leaves_it_untouched(path, cli_deployment, tmp_path, monkeypatch):
     if os.environ.get("DSGD_DEPLOYMENT_CHAPTERS") == "compat":
