@@ -2,7 +2,8 @@
 
 What is checked is what a person would see: no error output in any cell and no error from the kernel, a working
 dask dashboard link under the first code cell (direct and through jupyter-server-proxy), a panel whose run, started
-by a click after a control is changed, reaches "Done", and a live figure whose pixels changed. Screenshots go to build/screenshots/ for people to look at.
+by a click after a control is changed, reaches "Done", and a live figure whose pixels changed. Screenshots go to
+build/screenshots/ for people to look at.
 
 The chapters run as a learner on Binder runs them: full mode (their default settings), every panel run once as the
 cell that builds it ends (panel.py's snapshot, the static figure the book shows), no emulated hosts (Binder gives no
