@@ -61,8 +61,9 @@ _LISTEN = _FIND + """
   const k = w.sessionContext.session.kernel;
   k.iopubMessage.connect((_, msg) => {
     const t = msg.header.msg_type, c = msg.content;
-    if (t === 'error') window.__dsgdErrors.push(`kernel error (handling a ${msg.parent_header.msg_type}): ${c.ename}: ` +
-      `${c.evalue}\\n` + (c.traceback || []).join('\\n').replace(/\\x1b\\[[0-9;]*m/g, '').slice(-3000));
+    if (t === 'error') window.__dsgdErrors.push(
+      `kernel error (handling a ${msg.parent_header.msg_type}): ${c.ename}: ${c.evalue}\\n` +
+      (c.traceback || []).join('\\n').replace(/\\x1b\\[[0-9;]*m/g, '').slice(-3000));
     if (t === 'stream' && c.name === 'stderr' && c.text.includes('Traceback')) window.__dsgdErrors.push(c.text);
   });
   w.sessionContext.statusChanged.connect((_, s) => {
