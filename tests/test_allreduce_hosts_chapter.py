@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import subprocess
 from pathlib import Path
 
 import matplotlib
@@ -53,8 +54,6 @@ def no_hosts_made(monkeypatch):
 
 def _namespaces() -> set[str]:
     """The network namespaces on this machine (`ip netns list`)."""
-    import subprocess
-
     out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=30, check=False).stdout
     return {line.split()[0] for line in out.splitlines() if line.strip()}
 

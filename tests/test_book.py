@@ -1,8 +1,8 @@
 """The course as a book: built from this run's executed chapters, opened in Chromium, every link resolving.
 
 The chapters come from tests/book_support.py's folder (test_browser.py leaves its full-mode runs there, read from
-JupyterLab); those this run has not executed yet are executed here in smoke mode. A last test breaks a copy of the book and shows that the
-checks catch it.
+JupyterLab); those this run has not executed yet are executed here in smoke mode. A last test breaks a copy of the
+book and shows that the checks catch it.
 """
 
 from __future__ import annotations
