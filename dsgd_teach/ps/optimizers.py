@@ -149,10 +149,12 @@ class ServerDCASGD(ServerSGD):
 
 
 class ServerAdagrad(ServerSGD):
-    """Adagrad (Duchi et al. 2011): per-coordinate step lr / sqrt(sum of squared gradients seen so far).
+    """Adagrad (Duchi et al. 2011, section 1.1, eq. 1; Figure 1): per-coordinate step lr / (sqrt(G) + eps).
 
-    Coordinates that receive many large gradients slow down and rare ones keep a large step, which is why
-    DistBelief found it stabilised Downpour: a burst of stale gradients on one coordinate damps itself.
+    G sums the squared gradients, this one included, from `initial_accumulator`; eps sits where Duchi et al. add
+    their delta, outside the root (eq. 5). Coordinates that receive many large gradients slow down and rare ones
+    keep a large step, which is why DistBelief found it stabilised Downpour: a burst of stale gradients on one
+    coordinate damps itself.
     """
 
     name = "adagrad"
