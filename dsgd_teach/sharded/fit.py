@@ -3,7 +3,8 @@
 Model states follow Rajbhandari et al. 2020 (section 3.1): with mixed-precision Adam 2 bytes of parameters,
 2 of gradients and K = 12 of optimizer state (fp32 master, momentum, variance) per parameter; plain fp32 Adam is
 4 + 4 + 8. ZeRO divides them by N stage by stage. Activations of a transformer layer follow Korthikanti et al.
-2022 (their eq. 1, no tensor parallelism): s b h (34 + 5 a s / h) bytes, or 2 s b h with every layer checkpointed.
+2022 (their eq. 1, no tensor parallelism): s b h (34 + 5 a s / h) bytes, or 2 s b h with every layer
+checkpointed (their section 5 and Table 2).
 
 Symbols as in Korthikanti et al.: s the sequence length in tokens, b the microbatch in sequences, h the hidden
 size, a the attention heads (NOTATION.md lists them). Two more terms decide whether a model fits, and chapter 09
@@ -51,7 +52,8 @@ def model_states(params: float, n: int, stage: int, precision: str = "mixed") ->
 
 
 def activations(model: Model, microbatch: int, seq: int, checkpoint: bool) -> float:
-    """Activation bytes of the whole model for one microbatch (Korthikanti et al. 2022, eq. 1; 2sbh per layer under full recompute)."""
+    """Activation bytes of the whole model for one microbatch (Korthikanti et al. 2022, eq. 1; 2sbh per layer under
+    full recompute, their section 5 and Table 2)."""
     s, b, h, a = seq, microbatch, model.hidden, model.heads
     per_layer = 2 * s * b * h if checkpoint else s * b * h * (34 + 5 * a * s / h)
     return model.layers * per_layer

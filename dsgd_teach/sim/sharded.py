@@ -2,8 +2,8 @@
 
 Memory and traffic per GPU are chapter 09's accounting (`sharded.fit`, `sharded.zero.traffic_formula`:
 Rajbhandari et al. 2020, section 5, for the model states and section 3.2 for the temporary buffers, one unit's
-gradient and the gathered units; Korthikanti et al. 2022, eq. 1, for the activations, with the layer that backward
-rebuilds under checkpointing), called here, not copied. The step's time is compute plus communication. Compute is 6Ψ FLOPs per token (Kaplan et al. 2020,
+gradient and the gathered units; Korthikanti et al. 2022, eq. 1, for the activations, 2sbh per layer under full
+checkpointing as in their section 5 and Table 2, with the layer that backward rebuilds), called here, not copied. The step's time is compute plus communication. Compute is 6Ψ FLOPs per token (Kaplan et al. 2020,
 section 2.1, whose N is our Ψ): 2Ψ forward, 4Ψ backward, and 2Ψ more in the backward pass when every layer is
 recomputed (full checkpointing: 8Ψ), at an achievable FLOP/s. Communication runs the simulator's α–β link
 (AlphaBetaNet) over chapter 05's ring schedule, Ψ elements of the gradient's precision, one ring phase (N-1 steps)
