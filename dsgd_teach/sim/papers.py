@@ -1,6 +1,7 @@
 """The papers, reproduced at scale in the simulator (timing mode: only the clocks move, so 1000 workers are cheap).
 
-* Chen et al. (2016): 96 workers + 4 backups against 100 synchronous workers under a heavy-tailed straggler model;
+* Chen et al. (2016)'s backup workers: here 96 + 4 backups against 100 synchronous workers under a heavy-tailed
+  straggler model;
   the step time is the N-th order statistic of the N + b compute-plus-delay times (order_statistic_check).
 * Gupta et al. (2016), Zhang et al. (2015): the mean staleness of asynchronous SGD grows like N - 1.
 * Baidu / Horovod (Sergeev & Del Balso 2018): ring allreduce time stays flat in N, a central server's grows.
