@@ -16,8 +16,10 @@ What the papers say, as read for these tests:
 * Korthikanti et al. (2022): section 4.1, eq. (1), s b h (34 + 5 a s / h) bytes per layer; section 5 and Table 2's
   last row, full activation recomputation keeps each layer's input, 2 s b h bytes (2 s b h L in all).
 * Chen et al. (2016) and Gupta et al. (2016): the counts of workers and learners of their experiments could not be
-  read in their text; the course no longer attributes "a hundred" or "hundreds of learners" to them. Zhang et al.
-  (2015), on the same parameter server as Gupta et al., ran up to 30 learners.
+  read in their text; the course no longer attributes "a hundred" or "hundreds of learners" to them. Chen et al.'s
+  abstract (ICLR 2016 workshop version) sets synchronous SGD with backup workers against asynchronous SGD, "which
+  works well up to a few dozens of workers". Zhang et al. (2015), Gupta among them, ran up to 30 learners (Figure 2
+  of the version read, whose section 2.4 measures a mean staleness of about n, 30 at n = 30 learners).
 """
 
 from __future__ import annotations
