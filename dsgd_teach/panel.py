@@ -65,6 +65,7 @@ class ExperimentPanel(widgets.VBox):
         self._done = threading.Event()
         self._done.set()
         self._last_draw = 0.0
+        self._live = True
         self._thread: threading.Thread | None = None
 
         self.run_button = widgets.Button(description="Run", button_style="success", icon="play")
@@ -95,10 +96,14 @@ class ExperimentPanel(widgets.VBox):
     def running(self) -> bool:
         return not self._done.is_set()
 
-    def start(self) -> None:
-        """Start a run with the current control values in a background thread (what the Run button does)."""
+    def start(self, live: bool = True) -> None:
+        """Start a run with the current control values in a background thread (what the Run button does).
+
+        With live=False the figure is drawn once, when the run ends (a snapshot's run, which nobody watches).
+        """
         if self.running:
             return
+        self._live = live
         self._show_error(None)
         try:
             config = self.current_config()
@@ -149,7 +154,8 @@ class ExperimentPanel(widgets.VBox):
         self._events.append(event)
         if self._stop.is_set():
             raise StopRequested("stopped from the panel")
-        self._redraw()
+        if self._live:
+            self._redraw()
 
     def _redraw(self, force: bool = False) -> None:
         if not force and time.monotonic() - self._last_draw < self.redraw_every_s:
@@ -215,7 +221,7 @@ def _show_snapshots(*_: Any) -> None:
     while _pending_snapshots:
         panel = _pending_snapshots.pop(0)
         if panel.result is None and not panel.running:
-            panel.start()
+            panel.start(live=False)
         panel.wait(SNAPSHOT_TIMEOUT_S)
         display(Image(data=panel.snapshot_png(), format="png"), HTML(panel.snapshot_caption()))
 

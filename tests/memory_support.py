@@ -5,10 +5,12 @@ processes, helpers), sampled every 0.2 s. PSS charges a shared page (torch and n
 process, shared-memory blocks) once in total, split between the processes that map it, so the sum is what the
 machine actually holds for the course; RSS would count those pages once per process (its sum is reported too).
 
-Reading a process's PSS makes the kernel walk its page tables (about 12 ms for a process that imported torch), so
-the sampler reads the cheap RSS every 0.2 s and PSS only when it could matter: PSS <= RSS for every process, so
-while the RSS sum stays at or below the PSS peak already seen, no new peak is possible. Otherwise (a new RSS high,
-or above that bound) it reads PSS, and at least once a second in any case.
+Reading a process's PSS makes the kernel walk its page tables (about 12 ms for a process that imported torch, and
+~185 ms for a chapter's kernel and workers together), so the sampler reads the cheap RSS every 0.2 s and PSS only
+when it could matter. Since the last PSS read, the tree's PSS can have grown by at most what its RSS grew (new pages
+count fully in both), so while that bound stays within STEP_BYTES of the peak already seen no read is made; PSS is
+also read every so often in any case (pages shared with processes outside the tree, or copied on write, raise PSS
+with no new RSS), at most 5 % of one core's time: a chapter's peak is read to within STEP_BYTES.
 
 tests/test_browser.py samples each chapter's kernel this way while JupyterLab runs it in full mode;
 tests/test_memory.py checks that the sampler sees what it should.
@@ -29,12 +31,17 @@ from dsgd_teach.runtime.cluster import MEMORY_BUDGET_BYTES
 
 REPORT = COURSE_DIR.parent / "build" / "memory" / "peaks.json"
 MiB = 1024**2
+#: How close to a chapter's true PSS peak the sampler reads it (a read is made whenever RSS could have taken PSS
+#: this far past the peak seen).
+STEP_BYTES = 16 * MiB
+#: The most of one core's time the sampler's PSS reads take.
+MAX_CPU_SHARE = 0.05
 
 
 class TreeMemory(threading.Thread):
     """Samples PSS and RSS summed over a process and its descendants until stopped; keeps the peaks."""
 
-    def __init__(self, pid: int, interval_s: float = 0.2, pss_every_s: float = 1.0) -> None:
+    def __init__(self, pid: int, interval_s: float = 0.2, pss_every_s: float = 2.0) -> None:
         super().__init__(name="memory-sampler", daemon=True)
         self.root = psutil.Process(pid)
         self.interval_s, self.pss_every_s = interval_s, pss_every_s
@@ -65,14 +72,17 @@ class TreeMemory(threading.Thread):
         return pss, rss, n
 
     def run(self) -> None:
-        last_pss = float("-inf")
+        last_read, last_pss, last_rss, read_cost = float("-inf"), 0, 0, 0.0
         while not self._halt.is_set():
             rss, n = self.rss()
             now = time.monotonic()
-            # PSS <= RSS: at or below the PSS peak, the tree cannot be at a new PSS peak; skip the costly read
-            if rss > self.peak_pss and (rss > self.peak_rss or now - last_pss >= self.pss_every_s):
-                pss, rss, n = self.sample()
-                self.peak_pss, last_pss = max(self.peak_pss, pss), now
+            bound = last_pss + max(0, rss - last_rss)  # the most PSS can be now, short of pages shared anew
+            due = now - last_read >= max(self.pss_every_s, read_cost / MAX_CPU_SHARE)
+            if bound > self.peak_pss + STEP_BYTES or due:
+                cpu = time.thread_time()
+                last_pss, last_rss, n = self.sample()
+                read_cost, last_read = time.thread_time() - cpu, now
+                self.peak_pss = max(self.peak_pss, last_pss)
                 self.pss_samples += 1
             self.peak_rss, self.peak_procs = max(self.peak_rss, rss), max(self.peak_procs, n)
             self.samples += 1

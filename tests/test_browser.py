@@ -2,8 +2,8 @@
 
 What is checked is what a person would see: no error output in any cell and no error from the kernel, a working
 dask dashboard link under the first code cell (direct and through jupyter-server-proxy), a panel whose run, started
-by a click after a control is changed, reaches "Done", and a live figure whose pixels changed. Screenshots go to
-build/screenshots/ for people to look at.
+by a click after a control is changed, draws its live figure (the pixels change) and ends when Stop is clicked.
+Screenshots go to build/screenshots/ for people to look at.
 
 The chapters run as a learner on Binder runs them: full mode (their default settings), every panel run once as the
 cell that builds it ends (panel.py's snapshot, the static figure the book shows), no emulated hosts (Binder gives no
@@ -215,11 +215,17 @@ def change_a_control(panel) -> str:  # noqa: ANN001 - playwright Locator
 
 
 def exercise_panel(chapter: Chapter, panel, index: int) -> dict:  # noqa: ANN001 - playwright Locator
-    """Change a control, click Run, wait for Done, and check the live figure's pixels changed."""
+    """Change a control, click Run, see the live figure's pixels change, click Stop, and see the run end cleanly.
+
+    The full-size run the panel would go on with already ran in the kernel, for its snapshot, when the cell ended; a
+    lecturer's Stop is what ends this one (or Done, where the run finished first).
+    """
     panel.scroll_into_view_if_needed()
     canvas = panel.locator(".jupyter-matplotlib-canvas-div").first
     assert canvas.count(), f"{chapter.name}: panel {index} shows no live figure"
-    run_button = panel.locator("xpath=./div[contains(@class,'widget-hbox')]/button[normalize-space()='Run']")
+    buttons = panel.locator("xpath=./div[contains(@class,'widget-hbox')]")
+    run_button = buttons.locator("xpath=./button[normalize-space()='Run']")
+    stop_button = buttons.locator("xpath=./button[normalize-space()='Stop']")
     status = run_button.locator("xpath=..").locator(".widget-html-content").first
     shown, deadline = "", time.monotonic() + 30
     while not shown.strip() and time.monotonic() < deadline:  # JupyterLab renders an output once it is in view
@@ -231,12 +237,17 @@ def exercise_panel(chapter: Chapter, panel, index: int) -> dict:  # noqa: ANN001
     t0 = time.monotonic()
     run_button.click()
     deadline = t0 + PANEL_TIMEOUT_S
-    text, started = shown, False
+    text, started, after, stop_clicked_s = shown, False, before, None
     while time.monotonic() < deadline:  # this run's start (a new status or the button disabled), then its end
         disabled = run_button.is_disabled()  # set before the status changes, cleared after the run's last status
         started = started or text != shown or disabled
         if started and not disabled and re.match(r"(Done|Stopped|Failed)", text):
             break
+        if started and stop_clicked_s is None:
+            after = canvas.screenshot()
+            if after != before and not _is_blank(after):  # the run is drawing: a lecturer has seen enough
+                stop_button.click(force=True, timeout=10_000)  # a no-op where the run just ended
+                stop_clicked_s = round(time.monotonic() - t0, 1)
         time.sleep(0.5 if started else 0.05)  # a run takes seconds: polled this often, its start is never missed
         text = status.text_content() or ""
     assert started, f"{chapter.name}: panel {index} never started a run after Run was clicked (status {text!r})"
@@ -244,16 +255,18 @@ def exercise_panel(chapter: Chapter, panel, index: int) -> dict:  # noqa: ANN001
     assert not errors, f"{chapter.name}: panel {index} shows an error after changing {changed}: {errors}"
     kernel_errors = chapter.page.evaluate("() => window.__dsgdErrors")
     assert not kernel_errors, f"{chapter.name}: panel {index} run raised in the kernel: {kernel_errors}"
-    assert text.startswith("Done"), f"{chapter.name}: panel {index} status is {text!r} after {PANEL_TIMEOUT_S} s"
+    assert text.startswith(("Done", "Stopped")), (
+        f"{chapter.name}: panel {index} status is {text!r} after {PANEL_TIMEOUT_S} s")
     seconds = time.monotonic() - t0
-    after, deadline = canvas.screenshot(), time.monotonic() + 30
+    deadline = time.monotonic() + 30
     while (after == before or _is_blank(after)) and time.monotonic() < deadline:
         time.sleep(0.5)
         after = canvas.screenshot()
     assert after != before, f"{chapter.name}: panel {index}'s figure did not change after Run ({changed})"
     assert not _is_blank(after), f"{chapter.name}: panel {index}'s figure is blank after Run"
+    assert stop_button.is_disabled() and run_button.is_enabled(), f"{chapter.name}: panel {index}'s buttons after {text!r}"
     panel.screenshot(path=str(SCREENSHOTS / f"{chapter.stem}_panel{index}.png"))
-    return {"changed": changed, "status": text, "run_s": round(seconds, 1)}
+    return {"changed": changed, "status": text, "run_s": round(seconds, 1), "stop_clicked_s": stop_clicked_s}
 
 
 def full_notebook_screenshot(chapter: Chapter, width: int = 1400, max_height: int = 16000) -> None:

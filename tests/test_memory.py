@@ -47,3 +47,26 @@ def test_the_running_sampler_catches_a_peak_that_comes_and_goes():
     finally:
         child.kill()
         child.wait(10)
+
+
+def test_the_sampler_reads_pss_seldom_while_memory_holds_still():
+    """A steady tree costs a PSS read each 2 s at most (each read walks page tables: ~185 ms for a chapter's tree),
+    not one at every new RSS high or every second."""
+    import subprocess
+    import sys
+
+    code = "import sys, time; b = bytearray(100 * 2**20); sys.stdout.write('ok\\n'); sys.stdout.flush(); time.sleep(30)"
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    try:
+        assert child.stdout.readline().strip() == b"ok"
+        sampler = TreeMemory(child.pid)
+        t0 = time.monotonic()
+        sampler.start()
+        time.sleep(5)
+        sampler.stop()
+        allowed = 1 + (time.monotonic() - t0) / 2.0  # one read each 2 s at most
+        assert sampler.peak_pss >= 100 * MiB
+        assert sampler.pss_samples <= allowed, (sampler.pss_samples, sampler.samples)
+    finally:
+        child.kill()
+        child.wait(10)

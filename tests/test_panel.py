@@ -10,6 +10,7 @@ import time
 import ipywidgets as widgets
 import pytest
 
+from dsgd_teach import panel as panel_module
 from dsgd_teach.panel import ExperimentPanel
 from dsgd_teach.sgd import DataParallelConfig, SGDConfig, run_data_parallel, run_sgd
 
@@ -52,6 +53,30 @@ def test_stop_button_stops_a_long_run(client):
     assert result is not None and result.stopped
     assert 0 < result.summary["steps"] < 100_000
     assert panel.status.value.startswith("Stopped")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("live", [True, False])
+def test_a_snapshot_run_draws_its_figure_once_at_the_end(client, live: bool, monkeypatch: pytest.MonkeyPatch):
+    """A Run click redraws the figure as results arrive; a snapshot's run, which nobody watches, draws it once."""
+    frames: list[int] = []
+    shown: list[object] = []
+
+    def counting_plot(fig, trace):  # noqa: ANN001 - matplotlib Figure and a trace frame
+        frames.append(len(trace))
+
+    panel = ExperimentPanel(client, run_sgd, SGDConfig(steps=40), plot=counting_plot, redraw_every_s=0.0)
+    if live:
+        panel.run_button.click()
+    else:  # what the post-cell hook does under DSGD_PANEL_SNAPSHOT=1, its display captured here
+        monkeypatch.setattr("IPython.display.display", lambda *objects: shown.extend(objects))
+        panel_module._pending_snapshots.append(panel)
+        panel_module._show_snapshots()
+        assert len(shown) == 2  # the figure and its caption
+    result = panel.wait(90)
+    assert result is not None and panel.error is None and panel.status.value.startswith("Done")
+    assert frames[-1] == len(result.trace)  # the end's figure shows the whole run either way
+    assert (len(frames) > 1) == live, frames
 
 
 @pytest.mark.timeout(60)
