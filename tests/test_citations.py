@@ -20,11 +20,21 @@ What the papers say, as read for these tests:
   abstract (ICLR 2016 workshop version) sets synchronous SGD with backup workers against asynchronous SGD, "which
   works well up to a few dozens of workers". Zhang et al. (2015), Gupta among them, ran up to 30 learners (Figure 2
   of the version read, whose section 2.4 measures a mean staleness of about n, 30 at n = 30 learners).
+* Zhang, Gupta, Lian & Liu (2015, arXiv:1511.05950; IJCAI 2016): section 2.1 defines the timestamp (a scalar clock
+  from 0, one tick per weight update; a gradient carries the timestamp of the weights it was computed on) and the
+  staleness tau_{i,l} = i - j >= 0 of learner l's gradient of timestamp j pushed to the server at timestamp i; their
+  letter is tau. Section 2.4 and Figure 1 (30 learners): under 1-softsync tau takes 0, 1 or 2, the mean under 15- and
+  30-softsync stays "close to" 15 and 30, in general tau in {0, ..., 2n} with mean about n; the per-gradient rule
+  alpha = alpha_0 / tau_{i,l} ends section 2.4 (section 4.3 restates it as alpha_0 / tau) and the text read does
+  not say what it does at tau = 0. Section 2.3: a learner pushes its gradient before it can pull again (MPI
+  blocking calls). Section 3 is the convergence analysis, not the definition.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -118,3 +128,42 @@ def test_scale_claims_are_only_what_the_papers_show():
     assert "up to 30 learners on one parameter server (Zhang et al. 2015)" in opening
     assert "They compared 100 synchronous workers with 96 + 4 backups" not in opening
     assert "The simulator compares 100 synchronous workers with 96 + 4 backups" in opening
+
+
+# --- Zhang et al. (2015): staleness is their section 2.1, the rule their section 2.4 ------------------------------
+
+ZHANG_TEXTS = ["course/NOTATION.md", "course/solutions/04_sync_async_solutions.md",
+               "course/assignments/source/ps04_syncasync/ps04_syncasync.ipynb",
+               "course/assignments/source/ps10_sim/ps10_sim.ipynb", "dsgd_teach/ps/optimizers.py",
+               "dsgd_teach/sim/formulas.py", "dsgd_teach/sim/papers.py"]
+
+
+def _prose(relative: str) -> str:
+    """A file's text as one line; for a notebook, its cells' sources joined (so LaTeX reads as written)."""
+    raw = _read(relative)
+    if relative.endswith(".ipynb") and raw:
+        raw = "\n".join("".join(c["source"]) for c in json.loads(raw)["cells"])
+    return _flat(raw)
+
+
+def test_zhang_et_al_define_staleness_in_section_2_1_and_set_the_rule_in_section_2_4():
+    """Zhang et al. define tau_{i,l} = i - j in section 2.1 and set alpha_0 / tau in section 2.4; the course cited
+    'section 3' (their convergence analysis) for both, wrote their staleness as sigma, said sigma >= 1 for every
+    asynchronous gradient (under 1-softsync it is 0, 1 or 2) and explained their mean of about N by learners that
+    pull before their own gradient is applied, which their text does not say."""
+    ch04, ch11 = _chapter("04"), _chapter("11")
+    assert "Zhang, Gupta, Lian & Liu (2015, section 2.1) define staleness" in ch04
+    assert "(Zhang et al. 2015, section 2.4" in ch04
+    for body in (ch04, ch11):
+        assert r"$\tau_{i,l} = i - j$" in body
+    assert "(section 2.4, Figure 1" in ch11
+    assert "divides by zero" in ch04 and "course's own" in ch04, "chapter 04 hides that alpha_0 / tau fails at 0"
+    notation = _prose("course/NOTATION.md")
+    assert r"Zhang et al.'s $\tau_{i,l} = i - j$" in notation and "(2015, section 2.1)" in notation
+    server = _prose("dsgd_teach/ps/optimizers.py")
+    assert "(2015, arXiv:1511.05950; IJCAI 2016) define, in their section 2.1" in server and "section 2.4" in server
+    for name, body in [("chapter 04", ch04), ("chapter 11", ch11)] + [(p, _prose(p)) for p in ZHANG_TEXTS]:
+        assert not re.search(r"(?:Zhang|Lian & Liu)[^§]{0,80}?section 3(?![.\d])", body), f"{name}: section 3"
+        assert not re.search(r"\\sigma = i - j|\bsigma = i - j|σ = i − j", body), f"{name}: their letter is tau"
+        assert not re.search(r"\\sigma \\ge 1|σ ≥ 1|sigma >= 1", body), f"{name}: their tau can be 0"
+        assert not re.search(r"pulls? (?:new weights )?(?:before|without waiting)", body), f"{name}: invented pull"

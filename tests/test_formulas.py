@@ -88,9 +88,9 @@ STALENESS_TEXTS = ["course/NOTATION.md", "course/solutions/04_sync_async_solutio
 
 
 def test_the_staleness_aware_rule_is_lr_over_tau_plus_one_everywhere():
-    """Zhang et al. (2015, section 3): sigma = i - j is our tau; their learners pull before their own gradient lands,
-    so their alpha_0 / sigma becomes lr / (tau + 1) on the course's protocol. Chapter 04, the server, the simulator,
-    ps04 and NOTATION all say so; the old lr / max(1, tau), which left tau <= 1 untouched, is nowhere."""
+    """Zhang et al.'s tau_{i,l} = i - j (2015, section 2.1) is our tau; their alpha_0 / tau (section 2.4) divides by
+    zero at tau = 0, and the course's own rule is lr / (tau + 1). Chapter 04, the server, the simulator, ps04 and
+    NOTATION all say so; the old lr / max(1, tau), which left tau <= 1 untouched, is nowhere."""
     from dsgd_teach.ps.optimizers import ServerStalenessAware, staleness_aware_scale
 
     for tau in range(6):
@@ -100,7 +100,7 @@ def test_the_staleness_aware_rule_is_lr_over_tau_plus_one_everywhere():
         assert formulas.staleness(10, 10 + tau + 1) == tau
     body = text(chapter("04"))
     assert r"\frac{\eta}{\tau_t + 1}" in body, "chapter 04 does not state the rule lr / (tau + 1)"
-    assert r"\sigma = i - j" in body and "protocol" in body
+    assert r"\tau_{i,l} = i - j" in body and "course's own choice" in body
     assert "the same schedule counted differently" not in body
     for name in (chapter("04"), chapter("11")):
         assert not re.search(r"\\frac\{\\eta\}\{\\max\(1", text(name)), f"{name} states lr / max(1, tau)"

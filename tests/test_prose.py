@@ -154,10 +154,12 @@ def test_fedavg_defines_its_weights_and_reads_table_2_plainly():
 
 
 def test_staleness_counting_convention_is_explained():
-    """Zhang et al.'s sigma = i - j is our tau; their mean of N comes from their protocol, not from the count."""
+    """Zhang et al.'s tau_{i,l} = i - j is our tau; their mean "close to" N does not tell N - 1 from N, and the course's
+    N - 1 is its own count (no protocol the paper does not describe is invented to explain an extra update)."""
     body = text(chapter("11"))
     assert "report exactly this" not in body
-    assert "N-1" in body.replace(" ", "") and "\\sigma = i - j" in body and "protocol" in body
+    assert "N-1" in body.replace(" ", "") and "\\tau_{i,l} = i - j" in body
+    assert "does not tell $N - 1 = 29$ from 30" in body and "pulls new weights before" not in body
     assert "count that also includes the worker's own update" not in body
 
 

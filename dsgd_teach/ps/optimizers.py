@@ -67,16 +67,15 @@ def staleness(version_read: int | None, version: int | None) -> int:
 def staleness_aware_scale(tau: int) -> float:
     """The staleness-aware rule's factor on the learning rate for a gradient tau updates stale: 1 / (tau + 1).
 
-    Zhang, Gupta, Lian & Liu (2015, arXiv:1511.05950; IJCAI 2016; section 3) define the staleness of a gradient
-    computed on weights W_j and applied to weights W_i as sigma = i - j: the same count as our tau (i is the
-    version the gradient is applied to, v_applied - 1; j the version read). What differs is their protocol: a
-    learner pushes its gradient and pulls new weights without waiting for that gradient to be applied (under
-    n-softsync it waits at the server until c = lambda/n gradients have arrived), so each gradient has also missed
-    its own learner's previous one, and they measure a mean sigma of about n (about N learners, each gradient
-    applied on arrival). Our workers read only after their own write has landed, so the same rule applied to
-    our tau would divide by about N - 1 and leave every step with tau <= 1 unchanged (at N = 2, nearly all). The
-    course therefore divides by tau + 1 = v_applied - v_read, the updates from the read up to and including this
-    one: a gradient that missed nothing keeps lr, and the mean divisor is about N, as in the paper's runs.
+    Zhang, Gupta, Lian & Liu (2015, arXiv:1511.05950; IJCAI 2016) define, in their section 2.1, the staleness of
+    learner l's gradient computed on the weights of timestamp j (the updates applied before they were read) and
+    pushed to the server at timestamp i as tau_{i,l} = i - j: the same count as our tau (j = v_read, i = v_applied - 1), 0 for a
+    fresh gradient. Their section 2.4 sets each gradient's learning rate to alpha_0 / tau_{i,l} and measures (Figure
+    1, 30 learners) a mean staleness close to n under n-softsync, about N when the server updates on every gradient.
+    As printed the rule divides by zero at tau = 0, which the paper's text does not address. The course's rule is
+    its own choice, lr / (tau + 1) = lr / (v_applied - v_read): a gradient that missed nothing keeps lr, and at the
+    mean staleness of N equal workers, about N - 1, the step is about lr / N, as theirs is at their mean of about
+    N. (Guarding their rule with max(1, tau) would leave every step with tau <= 1 unchanged: at N = 2, nearly all.)
     """
     return 1.0 / (max(0, int(tau)) + 1)
 
