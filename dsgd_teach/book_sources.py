@@ -48,7 +48,7 @@ CHAPTER_CITATIONS: dict[tuple[str, str, str], str] = {
     ("09", "Chen", "2016"): "chen2016training", ("08", "Zhang", "2015"): "zhang2015elastic",
     ("08", "Li", "2020"): "li2020federated", ("10", "Narayanan", "2021"): "narayanan2021efficient",
 }
-#: "Recht et al. 2011", "Recht et al. (2011)", "McMahan & Streeter (2014)", "Zhang, Gupta, Lian & Liu (2015, section 3)",
+#: "Recht et al. 2011", "Recht et al. (2011)", "McMahan & Streeter (2014)", "Zhang, Gupta, Lian & Liu (2015, section 2.1)",
 #: "Sergeev & Del Balso 2018", "Touvron et al. 2023b": the year becomes a citation, the text stays as written.
 _NAME = r"[A-Z][\w\-]+(?:\s(?:y\s|de\s|van\s|von\s)?[A-Z][\w\-]+)?"
 _CITATION = re.compile(
