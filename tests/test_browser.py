@@ -30,7 +30,7 @@ import psutil
 import pytest
 from book_support import executed_dir
 from browser_support import chromium, chromium_missing_reason, jupyter_lab
-from memory_support import MiB, TreeMemory, budget_for_build, record_peak
+from memory_support import STEP_BYTES, MiB, TreeMemory, budget_for_build, record_peak
 
 from dsgd_teach.course_runner import COURSE_DIR, chapters, record_run, write_executed
 from dsgd_teach.memory import torch_build
@@ -311,7 +311,7 @@ def _check_memory(path: Path, sampler: TreeMemory, seconds: float) -> None:
     record_peak(path.stem, entry)
     print(f"{path.stem}: {entry}")
     budget = budget_for_build(sampler.peak_procs)
-    assert sampler.peak_pss <= budget, (
+    assert sampler.peak_pss + STEP_BYTES <= budget, (  # the sampler reads a peak to within STEP_BYTES
         f"{path.name}: kernel + cluster peaked at {sampler.peak_pss / MiB:.0f} MiB PSS "
         f"(RSS sum {sampler.peak_rss / MiB:.0f} MiB), over the {budget / MiB:.0f} MiB budget ({torch_build()} build)"
     )
