@@ -33,24 +33,16 @@ What the papers say, as read for these tests:
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
 from pathlib import Path
 
 import nbformat
+from prose_support import read_text
 
 ROOT = Path(__file__).resolve().parents[1]
-REV = os.environ.get("DSGD_PROSE_REV")
 
 
-def _read(relative: str) -> str:
-    """A repository file's text, from the working tree or from revision DSGD_PROSE_REV ('' if it does not exist)."""
-    if REV:
-        out = subprocess.run(["git", "show", f"{REV}:{relative}"], cwd=ROOT, capture_output=True, text=True)
-        return out.stdout if out.returncode == 0 else ""
-    path = ROOT / relative
-    return path.read_text(encoding="utf-8") if path.exists() else ""
+_read = read_text
 
 
 def _flat(text: str) -> str:

@@ -7,31 +7,23 @@ that revision instead of the working tree: each test here fails on the text befo
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
 from functools import cache
 from pathlib import Path
 
 import nbformat
 import numpy as np
 import pytest
+from prose_support import read_text
 
 from dsgd_teach.ps.optimizers import ServerAdagrad
 
 ROOT = Path(__file__).resolve().parents[1]
 COURSE = ROOT / "course"
 CHAPTERS = sorted(p.name for p in COURSE.glob("[0-9][0-9]_*.ipynb"))
-REV = os.environ.get("DSGD_PROSE_REV")
 
 
-def _read(relative: str) -> str:
-    """A course file's text, from the working tree or from revision DSGD_PROSE_REV ('' if it does not exist)."""
-    if REV:
-        out = subprocess.run(["git", "show", f"{REV}:{relative}"], cwd=ROOT, capture_output=True, text=True)
-        return out.stdout if out.returncode == 0 else ""
-    path = ROOT / relative
-    return path.read_text(encoding="utf-8") if path.exists() else ""
+_read = read_text
 
 
 @cache
