@@ -264,7 +264,8 @@ def exercise_panel(chapter: Chapter, panel, index: int) -> dict:  # noqa: ANN001
         after = canvas.screenshot()
     assert after != before, f"{chapter.name}: panel {index}'s figure did not change after Run ({changed})"
     assert not _is_blank(after), f"{chapter.name}: panel {index}'s figure is blank after Run"
-    assert stop_button.is_disabled() and run_button.is_enabled(), f"{chapter.name}: panel {index}'s buttons after {text!r}"
+    assert stop_button.is_disabled() and run_button.is_enabled(), (
+        f"{chapter.name}: panel {index}'s buttons after {text!r}")
     panel.screenshot(path=str(SCREENSHOTS / f"{chapter.stem}_panel{index}.png"))
     return {"changed": changed, "status": text, "run_s": round(seconds, 1), "stop_clicked_s": stop_clicked_s}
 
