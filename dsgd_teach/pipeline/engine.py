@@ -57,8 +57,8 @@ class Stage:
         self.dp_groups = data_parallel_groups(self.layout, config.timeout_s)
         self.X_all, self.y_all = training_data(config)
         units = build_units(config.model, self.X_all.shape[1], 10, config.depth, config.hidden, config.seed)
+        self.shapes = boundary_shapes(units, self.p, self.X_all.shape[1])  # on the CPU, before units move
         self.module: nn.Module = stage_module(units, self.p, self.s).to(self.dev)
-        self.shapes = boundary_shapes(units, self.p, self.X_all.shape[1])
         self.gradient_group = own_group(config.timeout_s)  # gradients do not queue behind activations (link.py)
         self.link = StageLink(self.s, self.dev, config.timeout_s, RECEIVES_AHEAD, self.gradient_group)
         self.vote_group = own_group(config.timeout_s)  # a vote in flight when a stage fails ends with timeout_s
