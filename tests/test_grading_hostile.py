@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import functools
+import glob
 import html
 import json
 import os
@@ -211,26 +212,80 @@ def host_state() -> dict[str, object]:
             "available": mem["MemAvailable"]}
 
 
-def watch_shmem(peak: list[int], done: threading.Event) -> None:
-    """Keep the highest Shmem (memfds and tmpfs files, the memory hog's and the nested tmpfs') seen in peak[0]."""
-    while not done.wait(0.1):
-        peak[0] = max(peak[0], int(host_state()["shmem"]))
+def _cgroup_shmem(d: str) -> int:
+    """Shared memory (tmpfs pages, memfds) charged to memory cgroup d; 0 once it is gone."""
+    try:
+        text = Path(d, "memory.stat").read_text()
+    except OSError:
+        return 0
+    return next((int(ln.split()[1]) for ln in text.splitlines() if ln.startswith("shmem ")), 0)
 
 
-def check_host(before: dict, after: dict, peak_shmem: int, took: float) -> list[str]:
-    """Keys, key owners and memory as before the batch, shared memory bounded by one sandbox's limit, time kept."""
+class BatchShmem:
+    """The batch's own shared memory, read from its sandboxes' cgroups: the most held at once, and what each sandbox
+    still held once its processes had ended. The host's Shmem moves with everything else the machine runs (a browser,
+    a chapter's workers); these do not. Where the batch has no cgroups (DSGD_HOSTILE_OFF=cgroups, the unsafe run),
+    the host's figures are all there is, and the checks read those instead."""
+
+    LEFT_MB = 8  # a sandbox's tmpfs is freed with its mount namespace; this allows for pages still being released
+
+    def __init__(self) -> None:
+        version, parents, _ = cgroups._layout()
+        base = parents.get("memory", parents.get(""))
+        self.pattern = (os.path.join(base, f"{cgroups.PREFIX}{os.getpid()}-*")
+                        if version and base and "cgroups" not in OFF and not UNSAFE else None)
+        self.peak, self.left, self.seen = 0, [], 0
+
+    def now(self) -> int:
+        """Shared memory charged to the batch's sandboxes now (the host's Shmem where they have no cgroups)."""
+        if self.pattern is None:
+            return int(host_state()["shmem"])
+        return sum(_cgroup_shmem(d) for d in glob.glob(self.pattern))
+
+    def watch(self, done: threading.Event) -> None:
+        """Keep the highest reading until done is set."""
+        while not done.wait(0.1):
+            self.peak = max(self.peak, self.now())
+
+    def record_on_close(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Before each sandbox's cgroups are removed, note what shared memory it still holds with its processes gone."""
+        close = cgroups.Scope.close
+
+        def recording_close(scope: cgroups.Scope) -> None:
+            d = scope.dirs.get("memory") or scope.dirs.get("")
+            if d:
+                self.seen += 1
+                deadline = time.monotonic() + 5
+                while time.monotonic() < deadline and (Path(d, "cgroup.procs").read_text().strip()
+                                                       or _cgroup_shmem(d) > self.LEFT_MB * MB):
+                    time.sleep(0.05)
+                self.left.append((os.path.basename(d), _cgroup_shmem(d)))
+            close(scope)
+
+        monkeypatch.setattr(cgroups.Scope, "close", recording_close)
+
+
+def check_host(before: dict, after: dict, shmem: BatchShmem, host_shmem_before: int, took: float) -> list[str]:
+    """Keys and key owners as before the batch; shared memory bounded by one sandbox's limit and none left; time kept."""
     problems = []
     if after["keys"] != before["keys"]:
         problems.append(f"/proc/keys changed: {sorted(set(after['keys'].splitlines()) - set(before['keys'].splitlines()))}")
     if after["key_users"] - before["key_users"]:
         problems.append(f"/proc/key-users gained owners {sorted(after['key_users'] - before['key_users'])}")
-    # MemAvailable moves with everything else on the machine: only a leak of gigabytes shows through that
-    if after["shmem"] > before["shmem"] + 64 * MB or after["available"] < before["available"] - 3072 * MB:
-        problems.append(f"host memory not as before: Shmem {before['shmem'] // MB} -> {after['shmem'] // MB} MB, "
-                        f"MemAvailable {before['available'] // MB} -> {after['available'] // MB} MB")
-    if peak_shmem > before["shmem"] + (SANDBOX_MB + 256) * MB:
-        problems.append(f"Shmem rose by {(peak_shmem - before['shmem']) // MB} MB during the batch, past one "
-                        f"sandbox's {SANDBOX_MB} MB")
+    if shmem.pattern is None:  # no cgroups: the host's figures, which only an otherwise quiet machine keeps still
+        rise = shmem.peak - host_shmem_before
+        if after["shmem"] > before["shmem"] + 64 * MB or after["available"] < before["available"] - 3072 * MB:
+            problems.append(f"host memory not as before: Shmem {before['shmem'] // MB} -> {after['shmem'] // MB} MB, "
+                            f"MemAvailable {before['available'] // MB} -> {after['available'] // MB} MB")
+    else:
+        rise = shmem.peak
+        kept = [(name, held // MB) for name, held in shmem.left if held > BatchShmem.LEFT_MB * MB]
+        if kept:
+            problems.append(f"sandboxes still held shared memory (MB) after their processes ended: {kept[:5]}")
+        if not shmem.seen:
+            problems.append("no sandbox cgroup was closed: the shared-memory checks saw nothing")
+    if rise > (SANDBOX_MB + 256) * MB:
+        problems.append(f"Shmem rose by {rise // MB} MB during the batch, past one sandbox's {SANDBOX_MB} MB")
     if took > BATCH_S:
         problems.append(f"the batch took {took:.0f} s, past its {BATCH_S} s")
     return problems
@@ -280,8 +335,9 @@ def test_hostile_class_scores_only_honest_answers(tmp_path, monkeypatch):
     budget = 100_000 if "budget" in OFF else NOTEBOOK_S
     args = [str(subs), "--assignment", "ps01_sgd", "--out", str(out), "--source", str(source), "--timeout", "20",
             "--cpu-s", "120", "--jobs", "2", "--no-progress", "--seed", str(SEED), "--notebook-s", str(budget)]
-    host, peak, done = host_state(), [0], threading.Event()
-    watcher = threading.Thread(target=watch_shmem, args=(peak, done), daemon=True)
+    host, shmem, done = host_state(), BatchShmem(), threading.Event()
+    shmem.record_on_close(monkeypatch)
+    watcher = threading.Thread(target=shmem.watch, args=(done,), daemon=True)
     watcher.start()
     t0 = time.monotonic()
     try:
@@ -293,9 +349,11 @@ def test_hostile_class_scores_only_honest_answers(tmp_path, monkeypatch):
         done.set()
         watcher.join()
         kill_marked()
-    problems += check_host(host, host_state(), peak[0], took)
+    problems += check_host(host, host_state(), shmem, int(host["shmem"]), took)
     if rise > GRADER_PEAK_MB * MB:
         problems.append(f"the grader's own peak RSS rose by {rise // MB} MB during the batch, past {GRADER_PEAK_MB} MB")
-    print(f"grader's peak RSS: +{rise // MB} MB over the batch; host before/after: {host['shmem'] // MB}/{host_state()['shmem'] // MB} MB Shmem (peak {peak[0] // MB}), "
-          f"{host['available'] // MB}/{host_state()['available'] // MB} MB available; batch {took:.0f} s")
+    left = max((held for _, held in shmem.left), default=0)
+    print(f"grader's peak RSS: +{rise // MB} MB over the batch; the batch's Shmem peak {shmem.peak // MB} MB, at most "
+          f"{left // MB} MB left in one of {shmem.seen} sandboxes; host {host['available'] // MB}/"
+          f"{host_state()['available'] // MB} MB available before/after; batch {took:.0f} s")
     assert not problems, "\n".join(problems)
