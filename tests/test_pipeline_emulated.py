@@ -85,7 +85,8 @@ def test_emulated_devices_shape_the_trace(traces: dict[str, pd.DataFrame], sched
         work = _work(trace, int(step))
         # every action is labelled: measured computation plus injected sleep, lasting at least the device's time
         assert (work.injected_s > 0).all(), "an action without injected time: the emulation is off"
-        assert ((work.compute_s + work.injected_s - work.duration).abs() < SLACK).all()
+        # one clock reading ends each action: its two parts add up to its duration exactly, however busy the machine
+        assert ((work.compute_s + work.injected_s - work.duration).abs() < 1e-9).all()
         assert (work.duration >= work.kind.map(_nominal) - SLACK).all(), "an action shorter than its device time"
         for s, rows in work.sort_values("t_start").groupby("worker"):
             assert list(zip(rows.kind, rows.microbatch.astype(int), strict=True)) == SCHEDULES[schedule](P, M, s)

@@ -125,8 +125,8 @@ class Stage:
         emulated = emulate_device(t, self.config.emulated_forward_s, self.ctx)
         self.held[self.step, k] = (x, out)
         self.peak = max(self.peak, len(self.held))
-        self.ctx.emit(step=self.step, event="forward", microbatch=k, t_start=t, duration=ctx_now(self.ctx) - t,
-                      held=len(self.held), **emulated)
+        self.ctx.emit(step=self.step, event="forward", microbatch=k, t_start=t, held=len(self.held),
+                      **emulated)
         return out
 
     def send_activation(self, k: int, out: torch.Tensor) -> None:
@@ -148,8 +148,8 @@ class Stage:
             out.backward(grad)
         device_sync(self.dev)
         emulated = emulate_device(t, self.config.backward_device_s, self.ctx)
-        self.ctx.emit(step=self.step, event="backward", microbatch=k, t_start=t, duration=ctx_now(self.ctx) - t,
-                      held=len(self.held), batch=self.backward_of, **emulated)
+        self.ctx.emit(step=self.step, event="backward", microbatch=k, t_start=t, held=len(self.held),
+                      batch=self.backward_of, **emulated)
         return x.grad
 
     def send_gradient(self, k: int, grad_in: torch.Tensor | None) -> None:

@@ -36,18 +36,20 @@ def device_sync(device: torch.device) -> None:
 
 
 def emulate_device(t_start: float, device_s: float, ctx: WorkerContext) -> dict[str, float]:
-    """Sleep until an action begun at t_start (ctx_now clock) has lasted device_s; its compute_s and injected_s.
+    """Sleep until an action begun at t_start (ctx_now clock) has lasted device_s; its duration, compute_s and
+    injected_s, read from one clock so that the two parts add up to the duration exactly.
 
     device_s = 0 (real compute only) sleeps nothing. The sleep is the *injected* time of an emulated device: the
     stage's own core is free meanwhile, which is why p stages can overlap on fewer than p cores.
     """
     compute = ctx_now(ctx) - t_start
     if device_s <= 0:
-        return {"compute_s": compute, "injected_s": 0.0}
+        return {"duration": compute, "compute_s": compute, "injected_s": 0.0}
     end = time.perf_counter() + max(0.0, device_s - compute)
     while (left := end - time.perf_counter()) > 0:  # time.sleep may wake early on a signal; finish the wait
         time.sleep(left)
-    return {"compute_s": compute, "injected_s": ctx_now(ctx) - t_start - compute}
+    duration = ctx_now(ctx) - t_start
+    return {"duration": duration, "compute_s": compute, "injected_s": duration - compute}
 
 
 class StopVote:
