@@ -3,7 +3,7 @@
 * Chen et al. (2016)'s backup workers: here 96 + 4 backups against 100 synchronous workers under a heavy-tailed
   straggler model;
   the step time is the N-th order statistic of the N + b compute-plus-delay times (order_statistic_check).
-* Gupta et al. (2016), Zhang et al. (2015, section 2.4): the mean staleness of asynchronous SGD is about the number
+* Zhang et al. (2015, section 2.4 and its Figure 1): the mean staleness of asynchronous SGD is about the number
   of learners; the course's count for N equal workers is N - 1.
 * Baidu / Horovod (Sergeev & Del Balso 2018): ring allreduce time stays flat in N, a central server's grows.
 * McMahan & Streeter (2014): at delays of ~1000 updates AdaRevision beats AdaGrad (delay_tolerance, real gradients).
