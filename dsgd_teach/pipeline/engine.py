@@ -34,16 +34,24 @@ from .stages import boundary_shapes, build_units, microbatch_slices, stage_modul
 RECEIVES_AHEAD = 4
 
 
-def own_group(timeout_s: float) -> Any:
+def own_group(timeout_s: float, who: str = "this rank") -> Any:
     """On gloo, one more group of every rank (its own connections and gloo thread) whose operations fail after
     timeout_s; None on NCCL, where the default group carries everything.
 
     The default group was joined with a longer timeout (a rank's task may start late on a busy machine), and a
     collective still in flight when a stage fails holds the group's destruction up until that timeout passes.
+    Forming the new group waits on every other rank within timeout_s, so the ranks first meet on the default group:
+    on a busy machine one rank may reach this line seconds after another (its set-up ran slower), and with a short
+    timeout_s that alone failed the run. A neighbour that stalls while the group forms is named.
     """
     if dist.get_backend() != "gloo":
         return None
-    return dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=timeout_s))
+    dist.barrier()  # bounded by the default group's (longer) timeout
+    try:
+        return dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=timeout_s))
+    except RuntimeError as exc:  # torch's DistStoreError: a rank did not reach the group within timeout_s
+        raise TimeoutError(f"{who}: forming a process group with the other stages did not complete within "
+                           f"{timeout_s} s (is a neighbouring stage dead or stalled?): {exc}") from exc
 
 
 class Stage:
@@ -59,9 +67,11 @@ class Stage:
         units = build_units(config.model, self.X_all.shape[1], 10, config.depth, config.hidden, config.seed)
         self.shapes = boundary_shapes(units, self.p, self.X_all.shape[1])  # on the CPU, before units move
         self.module: nn.Module = stage_module(units, self.p, self.s).to(self.dev)
-        self.gradient_group = own_group(config.timeout_s)  # gradients do not queue behind activations (link.py)
+        # gradients do not queue behind activations (link.py)
+        self.gradient_group = own_group(config.timeout_s, f"stage {self.s}")
         self.link = StageLink(self.s, self.dev, config.timeout_s, RECEIVES_AHEAD, self.gradient_group)
-        self.vote_group = own_group(config.timeout_s)  # a vote in flight when a stage fails ends with timeout_s
+        # a vote in flight when a stage fails ends with timeout_s
+        self.vote_group = own_group(config.timeout_s, f"stage {self.s}")
         self.vote = StopVote(comm, config.timeout_s, self.vote_group)
         self.prev = self.layout.peer(self.s - 1) if not self.first else -1
         self.nxt = self.layout.peer(self.s + 1) if not self.last else -1

@@ -121,7 +121,7 @@ def composed_rank(ctx: WorkerContext, comm: Comm, config: ComposedConfig) -> dic
     part = build_part(build_gpt(config.shape, config.seed), config, mesh)
     corpus = make_corpus(config.seed, config.corpus_tokens, config.shape.vocab)
     positions = rank_positions(config, mesh.coords)  # this rank's sequence positions (all of them unless cp > 1)
-    vote = StopVote(comm, config.timeout_s, own_group(config.timeout_s))
+    vote = StopVote(comm, config.timeout_s, own_group(config.timeout_s, f"rank {comm.rank}"))
     held = SavedBytes(parameter_storages(part))
     clock = time.time() - time.perf_counter() - ctx.t0
     for step in range(config.steps):
