@@ -20,7 +20,6 @@ from ..config import check_bool, check_choice, check_float, check_int
 from ..models import loss_and_grad
 from ..problem import get_problem
 from ..ps.optimizers import DEFAULT_DC_LAMBDA, OPTIMIZERS
-from ..runtime import ActorCalls
 from ..runtime.live import WorkerContext, pick_workers, run_live
 from ..runtime.workers import require_workers
 from ..sampling import batch_indices
@@ -28,6 +27,7 @@ from ..trace import OnUpdate, Result
 from .actors import AsyncServer
 from .ps_adapter import PsAsAsyncServer
 from .settings import ChapterConfig, EvalRecorder, summarize
+from .step_server import ParameterServer, record_async_push
 
 SERVERS = ("gate", "ps")
 
@@ -67,38 +67,33 @@ class AsyncConfig(ChapterConfig):
         return "staleness_aware" if self.staleness_aware else self.optimizer
 
 
-def _async_worker(ctx: WorkerContext, config: AsyncConfig, server: Any) -> int:
-    """One rank's loop: read the parameters, compute, inject delay, push; returns the gradients it pushed."""
+def async_worker(ctx: WorkerContext, config: AsyncConfig, server: Any) -> int:
+    """One rank of asynchronous SGD: read the current w, compute a minibatch gradient, push it; the server applies
+    it at once, never waiting for the others. Returns the number of gradients this rank pushed."""
     problem = get_problem(config.problem)
     shard = problem.train_shard(ctx.rank, config.world)
     delays = config.delay_model()
-    calls = ActorCalls(server, ctx, config.timeout_s, what="the parameter server")
-    calls("join", ctx.rank)  # start together: nobody races ahead while the others load
+    ps = ParameterServer(server, ctx, config.timeout_s)
+    ps.join(ctx.rank)  # start together: nobody races ahead while the others load
     k = 0
-    while not calls.stopping():
+    while not ps.stopping():
         t0 = time.perf_counter()
-        status, version, w = calls("pull", ctx.rank)  # waits while the staleness gate holds this rank back
-        if status != "run":
+        current = ps.pull(ctx.rank)  # waits while a staleness gate holds this rank back
+        if not current.running:
             break
         t_begin, t1 = time.time() - ctx.t0, time.perf_counter()
         idx = batch_indices(shard.n_samples, config.batch_size, k, config.seed + ctx.rank)
-        loss, grad = loss_and_grad(problem.model, w, shard.X[idx], shard.y[idx])
+        loss, grad = loss_and_grad(problem.model, current.w, shard.X[idx], shard.y[idx])
         compute_s = time.perf_counter() - t1
         delay = delays.delay(ctx.rank, k)
         if delay > 0:
             time.sleep(delay)  # injected straggler delay, recorded as injected_delay
         t2 = time.perf_counter()
-        receipt = calls("push", ctx.rank, grad)
-        if receipt["status"] != "applied":
+        receipt = ps.push(ctx.rank, grad)  # applied at once: w <- w - eta * grad (scaled by the server's rule)
+        if receipt is None:
             break
-        snapshot = receipt.get("params")
-        ctx.emit(
-            step=k, event="push", loss=loss, version_read=receipt["version_read"],
-            version_applied=receipt["version_applied"], staleness=receipt["staleness"],
-            bytes_sent=receipt["bytes"] + w.nbytes, injected_delay=delay, lr_scale=receipt["scale"],
-            t_begin=t_begin, compute_s=compute_s, wait_s=0.0, comm_s=(t1 - t0) + (time.perf_counter() - t2),
-            **({"params": snapshot.tolist()} if snapshot is not None else {}),
-        )
+        comm_s = (t1 - t0) + (time.perf_counter() - t2)
+        record_async_push(ctx, k, receipt, loss, current.w, t_begin, compute_s, delay, comm_s)
         k += 1
     return k
 
@@ -118,7 +113,7 @@ def run_async(config: AsyncConfig, client: Client, on_update: OnUpdate | None = 
         )
         try:
             adapter = PsAsAsyncServer(server, config.steps, config.eval_every, config.rule == "staleness_aware")
-            _, stopped = run_live(client, _async_worker, [(config, adapter)] * config.world, recorder, timeout_s=budget)
+            _, stopped = run_live(client, async_worker, [(config, adapter)] * config.world, recorder, timeout_s=budget)
             params, version = server.pull()[0], server.pull()[1][0]
         finally:
             server.close()
@@ -131,7 +126,7 @@ def run_async(config: AsyncConfig, client: Client, on_update: OnUpdate | None = 
         )
         server = future.result(timeout=config.timeout_s)
         try:
-            _, stopped = run_live(client, _async_worker, [(config, server)] * config.world, recorder, timeout_s=budget)
+            _, stopped = run_live(client, async_worker, [(config, server)] * config.world, recorder, timeout_s=budget)
             params, version = server.report().result(timeout=30)
         finally:
             try:

@@ -18,14 +18,14 @@ from distributed import Client
 from ..config import check_bool, check_int
 from ..models import loss_and_grad
 from ..problem import get_problem
-from ..runtime import ActorCalls
 from ..runtime.live import WorkerContext, pick_workers, run_live
 from ..runtime.workers import require_workers
 from ..sampling import batch_indices
 from ..trace import OnUpdate, Result
 from .actors import SyncCoordinator
-from .onebit import OneBitCompressor, raw_nbytes
+from .onebit import OneBitCompressor
 from .settings import MAX_WORKERS, ChapterConfig, EvalRecorder, summarize
+from .step_server import StepServer, record_push, record_step
 
 
 @dataclass(frozen=True)
@@ -48,63 +48,34 @@ class SyncConfig(ChapterConfig):
         return self.workers + self.backups
 
 
-def _sync_worker(ctx: WorkerContext, config: SyncConfig, coord: Any) -> int:
-    """One rank's loop: pull, compute, inject delay, push; returns the number of gradients it sent."""
+def sync_worker(ctx: WorkerContext, config: SyncConfig, coord: Any) -> int:
+    """One rank of synchronous SGD: read w_t, compute a minibatch gradient, push it. The coordinator makes step t
+    from the first N gradients of the N + b ranks; a rank still straggling then drops its gradient unsent.
+    Returns the number of gradients this rank sent."""
     problem = get_problem(config.problem)
     shard = problem.train_shard(ctx.rank, config.world)
     delays = config.delay_model()
     compressor = OneBitCompressor(problem.init_params.size, config.error_feedback) if config.compression else None
-    server = ActorCalls(coord, ctx, config.timeout_s, packed=("push",), what="the step coordinator")
-    server("join", ctx.rank)  # start together: nobody races ahead while the others load
-    status, version, w = server("pull", -1)
+    server = StepServer(coord, ctx, config.timeout_s)
+    step = server.join(ctx.rank)  # w_0, once every rank has joined
     sent = 0
-    while status == "run" and not server.stopping():
-        t_begin = time.time() - ctx.t0
-        t0 = time.perf_counter()
-        idx = batch_indices(shard.n_samples, config.batch_size, version, config.seed + ctx.rank)
-        loss, grad = loss_and_grad(problem.model, w, shard.X[idx], shard.y[idx])
+    while step.running and not server.stopping():
+        t_begin, t0 = time.time() - ctx.t0, time.perf_counter()
+        idx = batch_indices(shard.n_samples, config.batch_size, step.version, config.seed + ctx.rank)
+        loss, grad = loss_and_grad(problem.model, step.w, shard.X[idx], shard.y[idx])
         compute_s = time.perf_counter() - t0
-        delay = delays.delay(ctx.rank, version)
-        cancelled = False
-        if delay > 0 and config.backups > 0:  # injected straggler delay, cut short once the step is done
-            t_delay = time.perf_counter()
-            cancelled = server("wait_past", version, delay, extra_s=delay) > version
-            delay = time.perf_counter() - t_delay if cancelled else max(delay, time.perf_counter() - t_delay)
-        elif delay > 0:
-            time.sleep(delay)  # injected straggler delay, recorded as injected_delay
+        # an injected straggler delay; with backups, cut short once the step completed without this rank
+        delay, too_late = server.straggle(step.version, delays.delay(ctx.rank, step.version), config.backups > 0)
         t1 = time.perf_counter()
-        if cancelled:  # the step completed without us: drop the gradient unsent, start on the new version
-            verdict, waited, nbytes, completed = "cancelled", 0.0, 0, None
-            status, new_version, new_w = "pending", version, None
+        if too_late:  # the first N gradients made step t: this one is cancelled, never sent
+            reply = server.skip(step.version)
         else:
             payload = compressor.encode(grad) if compressor is not None else grad
-            verdict, waited, nbytes, completed, status, new_version, new_w = server(
-                "push", ctx.rank, version, payload, len(idx), loss, compute_s + delay)
-        if status == "pending":  # wait for the step to complete (the coordinator answers a slice at a time)
-            status, new_version, new_w = server("pull", version)
-            waited += server.last_s
-        sent += not cancelled
-        exchange_s = time.perf_counter() - t1
-        aggregated = verdict == "aggregated"
-        ctx.emit(
-            step=version, event="gradient" if aggregated else verdict, loss=loss, version_read=version,
-            version_applied=version + 1 if aggregated else -1, injected_delay=delay,
-            bytes_sent=nbytes + (new_w.nbytes if new_w is not None else 0), uplink_bytes=nbytes,
-            raw_uplink_bytes=raw_nbytes(grad.size),
-            t_begin=t_begin, compute_s=compute_s, wait_s=min(waited, exchange_s),
-            comm_s=max(0.0, exchange_s - waited),
-        )
-        if completed is not None and new_w is not None:
-            v = completed["version"]
-            snapshot = (v + 1) % config.eval_every == 0 or v + 1 == config.steps
-            ctx.emit(
-                worker=-1, step=v, event="update", loss=completed["loss"], version_read=v, version_applied=v + 1,
-                step_s=completed["step_s"], slowest_busy_s=completed["slowest_busy_s"],
-                aggregated=",".join(map(str, completed["aggregated"])),
-                **({"params": new_w.tolist()} if snapshot else {}),
-            )
-        if status == "run":
-            version, w = new_version, new_w
+            reply = server.push(ctx.rank, step.version, payload, len(idx), loss, compute_s + delay)
+            sent += 1
+        record_push(ctx, step.version, reply, loss, grad, t_begin, compute_s, delay, time.perf_counter() - t1)
+        record_step(ctx, reply, config.steps, config.eval_every)
+        step = reply.next  # w_{t+1}, or the end of the run
     return sent
 
 
@@ -121,7 +92,7 @@ def run_sync(config: SyncConfig, client: Client, on_update: OnUpdate | None = No
     coord = coord_future.result(timeout=config.timeout_s)
     try:
         _, stopped = run_live(
-            client, _sync_worker, [(config, coord)] * config.world, recorder,
+            client, sync_worker, [(config, coord)] * config.world, recorder,
             timeout_s=config.timeout_s + config.steps * (0.5 + 20 * config.severity),
         )
         params, step_rows, logs = coord.report().result(timeout=30)
