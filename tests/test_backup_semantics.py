@@ -30,17 +30,27 @@ def test_chen_formula_agrees_with_the_simulator_on_the_same_draws() -> None:
     assert (table.formula_s < table.slowest_s).all()
 
 
-def test_scripted_backups_take_the_same_step_times_on_the_cluster_and_in_the_simulator() -> None:
+def test_scripted_backups_cancel_the_same_gradients_on_the_cluster_and_in_the_simulator() -> None:
+    """Every step aggregates the two ranks with the shorter delays and cancels the third, on both, and waits for the
+    second-fastest delay. Step times are not compared: on a busy machine they carry the load (chapter 11's fit of
+    this machine is tested in test_sim); which gradient each step takes is what the two must agree on."""
     config = SyncConfig(workers=2, backups=1, steps=len(SCRIPT[0]), batch_size=16, delay_script=SCRIPT, eval_every=6)
     with dask.config.set({"distributed.worker.memory.pause": False}), start_client(3, quiet=True, use_gpu=False) as c:
         real = run_sync(config, c)
     machine = fit_machine(real.trace)  # compute time and per-step overhead of this machine, as chapter 11 does
     sim = run_simulated(from_config(config, **machine))
-    steps = {}
+    delays = np.array(SCRIPT)  # rank x step
+    slowest = delays.argmax(axis=0)
+    want_cancelled = [(step, int(rank)) for step, rank in enumerate(slowest)]
+    want_aggregated = [sorted(set(range(3)) - {int(rank)}) for rank in slowest]
+    second_fastest = np.sort(delays, axis=0)[1]
     for name, result in (("cluster", real), ("simulator", sim)):
-        updates = result.trace.query("event == 'update'").sort_values("step")
-        steps[name] = updates.set_index("step").step_s.iloc[1:]  # step 0 includes the cluster's start-up
-    ratio = steps["simulator"] / steps["cluster"]
-    assert ratio.between(0.8, 1.2).all(), f"step times (s):\n{steps}"
-    for result in (real, sim):
+        trace = result.trace
+        rank = "worker" if "worker" in trace else "rank"
+        cut = trace[trace.event == "cancelled"]
+        assert sorted(zip(cut.step.astype(int), cut[rank].astype(int), strict=True)) == want_cancelled, (name, cut)
+        updates = trace[trace.event == "update"].sort_values("step")
+        aggregated = [sorted(int(r) for r in str(a).split(",")) for a in updates.aggregated]
+        assert aggregated == want_aggregated, (name, aggregated)
+        assert (updates.step_s.to_numpy() >= second_fastest).all(), (name, updates.step_s.tolist())
         assert result.summary["cancelled"] == len(SCRIPT[0])  # one long delay cut short per step
