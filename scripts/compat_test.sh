@@ -26,7 +26,11 @@ if [ ! -f "$venv/.installed" ] || [ pyproject.toml -nt "$venv/.installed" ] || \
   echo "compat: installing Python $version ($python) with PyPI's torch wheel into $venv (about 2.7 GB to download)"
   start=$(date +%s)
   "$python" -m venv "$venv"
-  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e ".[dev]" 2>&1 | grep -v "is ignored" || true
+  # what a newcomer's `pip install` gives, plus pytest: none of the dev extra's book, hub and browser tools, which
+  # this stage's tests do not use; no ahead-of-time bytecode for the ~17,000 modules (the few hundred the tests
+  # import are compiled when first imported), which took about 100 CPU-s beside the main suite
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-compile -e . \
+    "pytest>=8.0" "pytest-timeout>=2.3" "pytest-xdist>=3.5" 2>&1 | grep -v "is ignored" || true
   "$venv/bin/python" -c "import torch" || { echo "compat: install failed"; exit 1; }
   touch "$venv/.installed"
   echo "compat: installed in $(( $(date +%s) - start )) s"
