@@ -39,7 +39,7 @@ def _logistic(margin: float, label: float) -> tuple[float, float]:
 
 
 @njit(nogil=True, cache=True, inline="always")
-def _sparse_update(w, indptr, indices, data, y, i, lr):  # noqa: ANN001, ANN202 - numba types
+def sparse_update(w, indptr, indices, data, y, i, lr):  # noqa: ANN001, ANN201 - numba types
     """Read w on row i's nonzeros, then write the gradient step back to exactly those coordinates."""
     margin = 0.0
     for k in range(indptr[i], indptr[i + 1]):
@@ -87,7 +87,7 @@ def sparse_sgd(w, indptr, indices, data, y, order, lr):  # noqa: ANN001, ANN201
     total = 0.0
     for t in range(len(order)):
         _prefetch_ahead(w, indptr, indices, data, y, order, t)
-        total += _sparse_update(w, indptr, indices, data, y, order[t], lr)
+        total += sparse_update(w, indptr, indices, data, y, order[t], lr)
     return total
 
 
@@ -98,7 +98,7 @@ def sparse_sgd_locked(w, indptr, indices, data, y, order, lr, mutex):  # noqa: A
     for t in range(len(order)):
         _prefetch_ahead(w, indptr, indices, data, y, order, t)
         acquire(mutex)
-        total += _sparse_update(w, indptr, indices, data, y, order[t], lr)
+        total += sparse_update(w, indptr, indices, data, y, order[t], lr)
         mutex_unlock(mutex)
     return total
 
@@ -116,7 +116,7 @@ def sparse_sgd_round_robin(w, indptr, indices, data, y, order, lr, turns, rank, 
         _prefetch_ahead(w, indptr, indices, data, y, order, t)
         if not wait_turn(turn, abort, rank):
             return total, t
-        total += _sparse_update(w, indptr, indices, data, y, order[t], lr)
+        total += sparse_update(w, indptr, indices, data, y, order[t], lr)
         if last and t == len(order) - 1:
             finish_turns(done, rank)
         pass_turn(turn, done, rank)
