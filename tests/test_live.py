@@ -206,3 +206,29 @@ def test_a_batch_recorded_unwatched_equals_one_recorded_event_by_event():
     assert len(seen) == 3 and list(a.columns) == list(b.columns)
     a_no_time, b_no_time = a.drop(columns="time"), b.drop(columns="time")  # events without a time get "now"
     assert a_no_time.equals(b_no_time) and list(a.time[:2]) == list(b.time[:2]) == [0.25, 0.5]
+
+
+class _Failed:
+    """A finished rank task that raised `exc` (what run_live reads of a dask future)."""
+
+    def __init__(self, exc: BaseException | None) -> None:
+        self.exc = exc
+        self.status = "error" if exc is not None else "pending"
+
+    def done(self) -> bool:
+        return self.exc is not None
+
+    def exception(self) -> BaseException | None:
+        return self.exc
+
+
+def test_a_rank_that_only_lost_its_peer_reports_the_peers_own_error() -> None:
+    from dsgd_teach.runtime.live import first_cause
+
+    closed = RuntimeError("[gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:36527")
+    cause = TimeoutError("stage 1: receive of activation 3 from stage 0 did not complete within 6.0 s")
+    futures = [_Failed(closed), _Failed(cause), _Failed(None)]
+    assert first_cause(futures, 0, closed, wait_s=0.0) == (1, cause)
+    assert first_cause(futures, 1, cause, wait_s=0.0) == (1, cause)  # an error of its own is the cause
+    alone = [_Failed(closed), _Failed(None)]
+    assert first_cause(alone, 0, closed, wait_s=0.1) == (0, closed)  # no peer's error came: its own is reported

@@ -132,6 +132,11 @@ def own():
         yield c
 
 
+#: Short enough to keep the test quick, long enough that no wait of a busy machine's healthy stages reaches it
+#: (at 2 s, a stage starved by other work failed first in one of two runs beside two busy loops).
+TIMEOUT_S = 6.0
+
+
 @pytest.mark.timeout(120)
 def test_a_stalled_stage_makes_its_neighbours_receive_time_out_loudly(own: Client) -> None:
     """A frozen stage (SIGSTOP: alive to the scheduler, silent to its neighbour) trips stage 0's receive timeout."""
@@ -144,16 +149,16 @@ def test_a_stalled_stage_makes_its_neighbours_receive_time_out_loudly(own: Clien
             frozen.append(time.monotonic())
             os.kill(pid, signal.SIGSTOP)
 
-    config = SMALL.replace(stages=2, steps=100_000, timeout_s=2.0)
+    config = SMALL.replace(stages=2, steps=100_000, timeout_s=TIMEOUT_S)
     try:
         # whichever wait stage 0 is in when its neighbour freezes (a receive, the vote on stopping, or, on a busy
         # machine where stage 0 starts late, forming the stages' groups) fails after the timeout, and says so
         loud = (r"rank 0 .*(stage 0: receive of .* from stage 1|rank 0: the vote on stopping"
-                r"|stage 0: forming a process group with the other stages) .*2\.0 s \(is a")
+                r"|stage 0: forming a process group with the other stages) .*6\.0 s \(is a")
         with pytest.raises(RuntimeError, match=loud) as caught:
             run_pipeline(config, own, on_update=freeze_stage1)
         assert not isinstance(caught.value, WorkerLost)  # nobody died: the timeout, not the scheduler, ended it
-        assert frozen and time.monotonic() - frozen[0] < 2.0 + 8  # the timeout plus the driver's polling
+        assert frozen and time.monotonic() - frozen[0] < TIMEOUT_S + 8  # the timeout plus the driver's polling
     finally:
         os.kill(pid, signal.SIGCONT)
     # resumed, the frozen stage times out in its turn; both then leave their process group

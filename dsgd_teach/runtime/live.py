@@ -202,6 +202,28 @@ def _dead_rank(client: Client, addresses: list[str], ranks: set[int], grace_s: f
         time.sleep(0.1)
 
 
+#: What a rank's error says when it failed only because a peer's connection closed (the peer failed first).
+AFTER_A_PEER = ("Connection closed by peer", "Connection reset by peer")
+
+
+def first_cause(futures: list[Future | None], rank: int, exc: BaseException,
+                 wait_s: float = 2.0) -> tuple[int, BaseException]:
+    """The rank whose error caused the others': where `rank` only lost its connection to a peer, a peer's own error
+    (waited for up to wait_s), else rank's."""
+    if not any(text in str(exc) for text in AFTER_A_PEER):
+        return rank, exc
+    deadline = time.monotonic() + wait_s
+    while True:
+        for other, fut in enumerate(futures):
+            if other != rank and fut is not None and fut.done() and fut.status == "error":
+                cause = fut.exception()
+                if not any(text in str(cause) for text in AFTER_A_PEER):
+                    return other, cause
+        if time.monotonic() > deadline:
+            return rank, exc
+        time.sleep(0.05)
+
+
 def run_live(
     client: Client,
     fn: Callable[..., Any],
@@ -276,7 +298,10 @@ def run_live(
                                     f"worker {addresses[dead]} running rank {dead} died; rank {rank} then failed: "
                                     f"{type(exc).__name__}: {exc}"
                                 ) from exc
-                            raise RuntimeError(f"rank {rank} on {addresses[rank]} failed: {type(exc).__name__}: {exc}") from exc
+                            first, cause = first_cause(futures, rank, exc)
+                            after = f" (rank {rank} then lost its connection to it)" if first != rank else ""
+                            raise RuntimeError(f"rank {first} on {addresses[first]} failed: {type(cause).__name__}: "
+                                               f"{cause}{after}") from cause
                         try:
                             results[rank] = fut.result(timeout=RESULT_WAIT_S)
                         except TimeoutError:  # its worker died before the result was fetched: dask would wait
