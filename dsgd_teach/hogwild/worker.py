@@ -10,7 +10,8 @@ one process), how their events reach the driver and how a stop request reaches t
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -59,9 +60,14 @@ class Progress:
         """The timed part begins."""
         self.stats["t_start"] = self.last_emit = time.time()
 
-    def timed(self) -> _KernelTimer:
-        """A context that adds its seconds to kernel_s."""
-        return _KernelTimer(self.stats)
+    @contextmanager
+    def timed(self) -> Iterator[None]:
+        """Adds the seconds spent inside the with-block to kernel_s."""
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.stats["kernel_s"] += time.perf_counter() - t0
 
     def chunk_done(self, epoch: int, loss: float, made: int, rows: int, last: bool, intended: int) -> bool:
         """Count a chunk's updates and report them now and then; True when the worker must stop (asked to, or its
@@ -79,19 +85,6 @@ class Progress:
         if made < rows or self.should_stop():
             self.stats["stopped"] = True
         return self.stats["stopped"]
-
-
-class _KernelTimer:
-    """Adds the seconds spent inside the with-block to stats["kernel_s"]."""
-
-    def __init__(self, stats: dict[str, Any]) -> None:
-        self.stats = stats
-
-    def __enter__(self) -> None:
-        self.t0 = time.perf_counter()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stats["kernel_s"] += time.perf_counter() - self.t0
 
 
 def rank_loop(
