@@ -118,17 +118,24 @@ def _open_classic(server, browser, name: str):  # noqa: ANN001, ANN202 - playwri
     return page
 
 
+def _panel_cell(path: Path) -> int:
+    """The index of the last code cell that shows a panel (its last line is `panel`)."""
+    cells = nbformat.read(path, as_version=4).cells
+    shown = [i for i, c in enumerate(cells) if c.cell_type == "code" and c.source.strip()
+             and c.source.strip().splitlines()[-1].strip() == "panel"]
+    assert shown, f"{path.name} has no cell that shows a panel"
+    return shown[-1]
+
+
 def _setup_and_panel_cells(path: Path) -> list[int]:
     """The code cells a lecturer needs for the panel: the opening ones (up to the first markdown cell after code:
     the client and imports) and those of the panel's section (from its slide's heading to the cell showing it)."""
-    cells = nbformat.read(path, as_version=4).cells
+    cells, shown = nbformat.read(path, as_version=4).cells, _panel_cell(path)
     code = [i for i, c in enumerate(cells) if c.cell_type == "code"]
     first_prose = next((i for i in range(code[0], len(cells)) if cells[i].cell_type == "markdown"), len(cells))
-    shown = [i for i in code if cells[i].source.strip().splitlines()[-1].strip() == "panel"]
-    assert shown, f"{path.name} has no cell that shows a panel"
-    heading = max((i for i in range(shown[-1]) if cells[i].cell_type == "markdown"
+    heading = max((i for i in range(shown) if cells[i].cell_type == "markdown"
                    and cells[i].metadata.get("slideshow", {}).get("slide_type") == "slide"), default=-1)
-    return sorted({i for i in code if i < first_prose or heading < i <= shown[-1]})
+    return sorted({i for i in code if i < first_prose or heading < i <= shown})
 
 
 def _run_cells(page, cells: list[int], timeout_s: float = 420) -> None:  # noqa: ANN001
@@ -142,12 +149,22 @@ def _run_cells(page, cells: list[int], timeout_s: float = 420) -> None:  # noqa:
     assert not errors, f"a cell raised: {errors[0][:2000]}"
 
 
-def _present_until_panel(page):  # noqa: ANN001, ANN202 - playwright Locator
-    """Enter RISE (Alt+R) at the first slide and press Space until a panel's Run button shows on the current slide.
+# True when the panel's cell is on the slide being shown and, if it is a fragment, the fragment has been revealed
+CELL_SHOWN = """(i) => { const cell = Jupyter.notebook.get_cell(i).element[0];
+    const slide = document.querySelector('.reveal .slides section.present:not(.stack)');
+    const fragment = cell.closest('.fragment');
+    return !!slide && slide.contains(cell) && (!fragment || fragment.classList.contains('visible')); }"""
+
+
+def _present_until_panel(page, cell: int):  # noqa: ANN001, ANN202 - playwright Locator
+    """Enter RISE (Alt+R) at the first slide and press Space until the panel's cell shows; return its Run button.
 
     The widget manager draws a panel after its cell has run (and again once it has the kernel's widgets), so the
     deck is presented only once the Run button is on the page: pressed earlier, Space could pass the panel's slide
-    before the panel was drawn on it."""
+    before the panel was drawn on it. On the panel's slide the button is waited for, not judged at one instant: a
+    loaded machine can be redrawing the widget just then."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
     page.locator(".widget-hbox > button", has_text=RUN_BUTTON).first.wait_for(state="visible", timeout=120_000)
     page.keyboard.press("Escape")
     page.evaluate("() => Jupyter.notebook.select(0)")
@@ -156,15 +173,19 @@ def _present_until_panel(page):  # noqa: ANN001, ANN202 - playwright Locator
     run = page.locator(".reveal .slides section.present:not(.stack) .widget-hbox > button", has_text=RUN_BUTTON)
     at_end = "() => Reveal.isLastSlide() && !Reveal.availableFragments().next"
     for _ in range(300):
-        if run.count() and run.first.is_visible():  # a fragment not yet shown is hidden
+        if page.evaluate(CELL_SHOWN, cell):
+            try:
+                run.first.wait_for(state="visible", timeout=60_000)
+            except PlaywrightTimeout as e:
+                raise AssertionError(f"the panel's slide (cell {cell}) showed no Run button within 60 s") from e
             page.wait_for_timeout(1500)  # let the slide transition end before judging where the button is
             box, height = run.first.bounding_box(), page.viewport_size["height"]
             assert box and 0 <= box["y"] and box["y"] + box["height"] <= height, f"Run is off the slide: {box}"
             return run.first
-        assert not page.evaluate(at_end), "the deck's last slide came and no slide showed a panel's Run button"
+        assert not page.evaluate(at_end), f"the deck's last slide came and no slide showed the panel's cell {cell}"
         page.keyboard.press("Space")
         page.wait_for_timeout(100)
-    raise AssertionError("pressed Space 300 times and no slide showed a panel's Run button")  # pragma: no cover
+    raise AssertionError("pressed Space 300 times and no slide showed the panel's cell")  # pragma: no cover
 
 
 def _kernel_says(page, code: str, timeout_s: float) -> str:  # noqa: ANN001
@@ -210,7 +231,7 @@ def test_a_chapter_panel_runs_inside_a_rise_slideshow(slides, chapter: str) -> N
     page = _open_classic(server, browser, chapter)
     try:
         _run_cells(page, _setup_and_panel_cells(COURSE_DIR / f"{chapter}.ipynb"))
-        run = _present_until_panel(page)
+        run = _present_until_panel(page, _panel_cell(COURSE_DIR / f"{chapter}.ipynb"))
         page.screenshot(path=str(SCREENSHOTS / f"slides_{chapter}_panel_slide.png"))
         text, changed, before, after = _run_panel_on_slide(page, run)
         page.screenshot(path=str(SCREENSHOTS / f"slides_{chapter}.png"))
@@ -234,7 +255,7 @@ def test_the_check_fails_when_thread_messages_are_dropped(slides) -> None:  # no
     page = _open_classic(server, browser, "deck_dropping")
     try:
         _run_cells(page, [0], timeout_s=180)
-        run = _present_until_panel(page)
+        run = _present_until_panel(page, 0)
         panel = run.locator("xpath=../..")
         canvas = panel.locator(".jupyter-matplotlib-canvas-div").first
         canvas.wait_for(timeout=60_000)
