@@ -1,7 +1,7 @@
 """Federated averaging (McMahan et al. 2017) and its baseline FedSGD, with clients run on the live cluster.
 
-The data stays where it is: K clients each own a partition of the training set (rebuilt on the worker from the
-seed; never shipped). Each round the server (the driver) samples m = max(1, round(C K)) clients, sends each the
+The data stays where it is: N_c clients each own a partition of the training set (rebuilt on the worker from the
+seed; never shipped). Each round the server (the driver) samples m = max(1, round(C N_c)) clients, sends each the
 global model, and the workers run those clients' local training as dask tasks, several clients per worker. The
 server averages the returned models weighted by the clients' sample counts. A client that drops out (on purpose,
 with probability `dropout`, or because its worker died) is left out of that round's average and marked in the
