@@ -336,6 +336,7 @@ def test_no_vague_sources(name):
             "ServerDCASGD.apply", "staleness_aware_scale")),
     ("07", ("decoupled_rank", "_tp_rank", "_SumOverRanks")),
     ("08", ("easgd_worker", "average_parameters")),
+    ("09", ("ZeroAdam.step", "Stage0", "Stage1", "Stage2", "Stage3")),
     ("11", ("memory_bytes", "rebuilt_layer", "buffer_bytes", "phases_under_passes")),
 ])
 def test_sections_show_the_code_they_describe(prefix, shown):
