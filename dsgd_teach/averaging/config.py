@@ -99,5 +99,5 @@ class FedAvgConfig(TrainingConfig):
 
     @property
     def clients_per_round(self) -> int:
-        """m = max(1, round(C K)) clients sampled each round."""
+        """m = max(1, round(C N_c)) clients sampled each round."""
         return max(1, int(round(self.fraction * self.clients)))

@@ -67,12 +67,12 @@ def local_sgd_panel(client: Client, config: LocalSGDConfig | None = None) -> Exp
 
 
 def fedavg_panel(client: Client, config: FedAvgConfig | None = None) -> ExperimentPanel:
-    """Clients K, local epochs E, fraction C, IID or non-IID partitions, FedAvg or FedSGD, drop-out rate."""
+    """Clients N_c, local epochs E, fraction C, IID or non-IID partitions, FedAvg or FedSGD, drop-out rate."""
     return ExperimentPanel(
         client, run_fedavg, config or FedAvgConfig(fraction=0.5, steps=sized(30, 6)),
         controls={
             "algorithm": widgets.Dropdown(options=["fedavg", "fedsgd"], value="fedavg", description="algorithm"),
-            "clients": widgets.IntSlider(value=20, min=2, max=100, description="clients K", continuous_update=False),
+            "clients": widgets.IntSlider(value=20, min=2, max=100, description="clients N_c", continuous_update=False),
             "local_epochs": widgets.IntSlider(value=5, min=1, max=20, description="epochs E", continuous_update=False),
             "fraction": widgets.FloatSlider(value=0.5, min=0.05, max=1.0, step=0.05, description="fraction C",
                                             continuous_update=False),
