@@ -98,7 +98,7 @@ def _run_with_progress(exp: Any, config: Any, n_cluster: int | None, out: Path) 
     from tqdm import tqdm
 
     from .plots import compare
-    from .runtime.cluster import start_client
+    from .runtime.clusters.cluster import start_client
 
     # a config that needs more processes than its "workers" (e.g. backups) says so with a `world` attribute
     n = n_cluster or getattr(config, "world", None) or getattr(config, "workers", None) or 2
@@ -136,7 +136,7 @@ def cmd_doctor(argv: list[str]) -> int:
     import numpy
     import torch
 
-    from .runtime.cluster import cpu_count, start_client
+    from .runtime.clusters.cluster import cpu_count, start_client
 
     argparse.ArgumentParser(prog="dsgd-teach doctor").parse_args(argv)
     print(f"dsgd-teach {__version__}, Python {platform.python_version()} on {platform.platform()}")

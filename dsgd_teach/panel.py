@@ -22,7 +22,7 @@ from matplotlib.figure import Figure
 from .config import Config
 from .live_canvas import live_figure
 from .plots import plot_live
-from .runtime.workers import get_workers
+from .runtime.clusters.workers import get_workers
 from .trace import Result, StopRequested, to_frame
 
 RunFn = Callable[[Any, Client, Any], Result]

@@ -9,7 +9,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from dsgd_teach.runtime.cluster import start_client
+from dsgd_teach.runtime.clusters.cluster import start_client
 
 os.environ.setdefault("DSGD_SMOKE", "1")
 
@@ -19,7 +19,7 @@ HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
 
 
 def is_helper(proc: psutil.Process) -> bool:
-    """True for multiprocessing's resource tracker and fork server (dsgd_teach/runtime/worker_start.py); not for
+    """True for multiprocessing's resource tracker and fork server (dsgd_teach/runtime/clusters/worker_start.py); not for
     the workers forked from that server, which carry its command line too."""
     if not any(helper in " ".join(proc.cmdline()) for helper in HELPERS):
         return False

@@ -27,7 +27,7 @@ import psutil
 
 from dsgd_teach.course_runner import COURSE_DIR
 from dsgd_teach.memory import ESTIMATED_BASELINE_BYTES, torch_build, worker_baseline
-from dsgd_teach.runtime.cluster import MEMORY_BUDGET_BYTES
+from dsgd_teach.runtime.clusters.cluster import MEMORY_BUDGET_BYTES
 
 REPORT = COURSE_DIR.parent / "build" / "memory" / "peaks.json"
 MiB = 1024**2

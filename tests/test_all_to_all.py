@@ -20,8 +20,8 @@ from dsgd_teach.collectives.all_to_all import (
     differentiable_all_to_all,
     exchange_counts,
 )
-from dsgd_teach.runtime.group import host_store
-from dsgd_teach.runtime.thread_group import RankFailed, run_threads
+from dsgd_teach.runtime.ranks.group import host_store
+from dsgd_teach.runtime.ranks.thread_group import RankFailed, run_threads
 
 WORLD = 3
 #: SPLITS[i][j]: rows rank i sends to rank j (zeros, a rank keeping everything, a rank sending nothing to itself).
@@ -116,8 +116,8 @@ def _rank(rank: int, port: int, report: Any) -> None:
     import torch.distributed as dist
 
     from dsgd_teach.collectives.all_to_all import library_all_to_all
-    from dsgd_teach.runtime.comm import Comm
-    from dsgd_teach.runtime.group import join_store
+    from dsgd_teach.runtime.ranks.comm import Comm
+    from dsgd_teach.runtime.ranks.group import join_store
     from dsgd_teach.transformer.mesh import GroupTransport
 
     dist.init_process_group("gloo", store=join_store("127.0.0.1", port, WORLD), rank=rank, world_size=WORLD,

@@ -25,7 +25,7 @@ import pytest  # noqa: E402
 
 from dsgd_teach.collectives import shaped_links  # noqa: E402
 from dsgd_teach.config import sized  # noqa: E402
-from dsgd_teach.runtime import hosts  # noqa: E402
+from dsgd_teach.runtime.clusters import hosts  # noqa: E402
 
 CHAPTER = Path(__file__).resolve().parents[1] / "course" / "05_allreduce.ipynb"
 

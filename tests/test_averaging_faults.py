@@ -23,9 +23,9 @@ from dsgd_teach.averaging.plots import plot_local_sgd
 from dsgd_teach.models import loss_and_grad
 from dsgd_teach.problem import get_problem
 from dsgd_teach.ps.faults import KillWorkerAfter
-from dsgd_teach.runtime.cluster import start_client, worker_addresses
-from dsgd_teach.runtime.live import RankInterrupted, WorkerLost, run_live
-from dsgd_teach.runtime.workers import interleave_hosts
+from dsgd_teach.runtime.clusters.cluster import start_client, worker_addresses
+from dsgd_teach.runtime.clusters.workers import interleave_hosts
+from dsgd_teach.runtime.ranks.live import RankInterrupted, WorkerLost, run_live
 from dsgd_teach.sgd import batch_indices
 from dsgd_teach.trace import TraceRecorder
 

@@ -6,7 +6,7 @@ import pytest
 
 from dsgd_teach.averaging import FedAvgConfig, LocalSGDConfig
 from dsgd_teach.averaging.panel import fedavg_panel, local_sgd_panel
-from dsgd_teach.runtime.cluster import worker_addresses
+from dsgd_teach.runtime.clusters.cluster import worker_addresses
 
 
 def _image_bytes(panel) -> bytes:  # noqa: ANN001 - an ExperimentPanel

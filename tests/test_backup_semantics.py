@@ -7,7 +7,7 @@ import dask
 import numpy as np
 import pytest
 
-from dsgd_teach.runtime.cluster import start_client
+from dsgd_teach.runtime.clusters.cluster import start_client
 from dsgd_teach.sim import from_config, run_simulated
 from dsgd_teach.sim.calibrate import fit_machine
 from dsgd_teach.sim.papers import order_statistic_check

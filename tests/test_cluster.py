@@ -11,7 +11,7 @@ import torch
 from conftest import _children
 from distributed import LocalCluster
 
-from dsgd_teach.runtime.cluster import (
+from dsgd_teach.runtime.clusters.cluster import (
     MIN_GPU_WORKER_MEMORY_BYTES,
     ClusterInfo,
     _gpu_cluster,

@@ -36,7 +36,7 @@ from dsgd_teach.collectives.cost_model import schedule_steps
 from dsgd_teach.collectives.experiment import run_session
 from dsgd_teach.collectives.session import Plan
 from dsgd_teach.experiments import get
-from dsgd_teach.runtime.group import plan_group, worker_thread_counts
+from dsgd_teach.runtime.ranks.group import plan_group, worker_thread_counts
 from dsgd_teach.sgd import DataParallelConfig, run_data_parallel
 from dsgd_teach.trace import StopRequested
 

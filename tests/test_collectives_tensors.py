@@ -7,7 +7,7 @@ import torch
 
 from dsgd_teach.collectives.oracle import ORACLE_DTYPES, compare, input_cases
 from dsgd_teach.collectives.tensors import REDUCIBLE_DTYPES, check_reducible, flat_copy, restore
-from dsgd_teach.runtime.comm import Comm
+from dsgd_teach.runtime.ranks.comm import Comm
 
 
 @pytest.fixture

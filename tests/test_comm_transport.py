@@ -21,9 +21,9 @@ from distributed import Client
 from dsgd_teach.collectives.algorithms import ALGORITHMS, HAND_WRITTEN, recv_first_exchange, ring_allreduce
 from dsgd_teach.grading.notebook import nbgrader_meta
 from dsgd_teach.grading.paths import default_source_dir
-from dsgd_teach.runtime.comm import Comm, TorchDistributed
-from dsgd_teach.runtime.group import plan_group, run_in_group
-from dsgd_teach.runtime.thread_group import PeerFailed, RankFailed, ThreadTransport, run_threads
+from dsgd_teach.runtime.ranks.comm import Comm, TorchDistributed
+from dsgd_teach.runtime.ranks.group import plan_group, run_in_group
+from dsgd_teach.runtime.ranks.thread_group import PeerFailed, RankFailed, ThreadTransport, run_threads
 from dsgd_teach.trace import TraceRecorder
 
 SIZES = (0, 1, 3, 5, 10, 37)  # empty, fewer values than ranks, uneven chunks

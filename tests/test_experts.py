@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from dsgd_teach.runtime.thread_group import RankFailed, run_threads
+from dsgd_teach.runtime.ranks.thread_group import RankFailed, run_threads
 from dsgd_teach.transformer.expert_parallel import ExpertParallelMoE, expert_parallel_bytes, expert_range
 from dsgd_teach.transformer.experts import MoE, aux_loss_of, expert_capacity, route
 from dsgd_teach.transformer.model import GPTShape, build_gpt, lm_loss

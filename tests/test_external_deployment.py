@@ -13,9 +13,9 @@ import nbformat
 import pytest
 
 from dsgd_teach.course_runner import chapters, execute
-from dsgd_teach.runtime import deployment
-from dsgd_teach.runtime.cluster import start_client
-from dsgd_teach.runtime.workers import capacity, get_workers
+from dsgd_teach.runtime.clusters import deployment
+from dsgd_teach.runtime.clusters.cluster import start_client
+from dsgd_teach.runtime.clusters.workers import capacity, get_workers
 from dsgd_teach.transformer.experiment import CHAPTER_MESHES, chapter_meshes
 
 

@@ -17,9 +17,9 @@ from hub_support import chp_command
 
 from dsgd_teach.course_runner import COURSE_DIR, execute
 from dsgd_teach.memory import WorkerMemoryError, min_worker_limit
-from dsgd_teach.runtime.cluster import start_client
-from dsgd_teach.runtime.gateway import GatewayLimitError, close_once, gateway_address
-from dsgd_teach.runtime.workers import get_workers, scalable_cluster
+from dsgd_teach.runtime.clusters.cluster import start_client
+from dsgd_teach.runtime.clusters.gateway import GatewayLimitError, close_once, gateway_address
+from dsgd_teach.runtime.clusters.workers import get_workers, scalable_cluster
 
 PASSWORD = "course-password"
 #: The chapter run on the gateway: short in smoke mode, and it grows its cluster.

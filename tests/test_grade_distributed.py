@@ -25,7 +25,7 @@ from distributed import Client
 from dsgd_teach.grading import cli
 from dsgd_teach.grading.batch import Limits, grade_batch
 from dsgd_teach.grading.cluster import ClusterRun
-from dsgd_teach.runtime import deployment
+from dsgd_teach.runtime.clusters import deployment
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 

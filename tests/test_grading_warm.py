@@ -9,7 +9,7 @@ from dsgd_teach.grading.kernel import WARMABLE, warm_for
 
 
 def test_the_cells_decide_which_allowed_packages_are_imported_early() -> None:
-    cells = ["import numpy as np\nimport torch\n", "from dsgd_teach.runtime.comm import Comm\n", "x = 1"]
+    cells = ["import numpy as np\nimport torch\n", "from dsgd_teach.runtime.ranks.comm import Comm\n", "x = 1"]
     assert warm_for(cells) == "torch,dsgd_teach.runtime"
     assert warm_for(["import numpy as np", "# import torch", "s = 'from dsgd_teach.runtime import x'"]) == ""
     assert warm_for(["import torchvision"]) == ""  # a longer name is not torch

@@ -12,7 +12,7 @@ import torch.distributed as dist
 from distributed import Client
 
 from dsgd_teach.machine import worker_addresses
-from dsgd_teach.runtime.group import GroupSpec, host_store, plan_group, process_group, run_in_group
+from dsgd_teach.runtime.ranks.group import GroupSpec, host_store, plan_group, process_group, run_in_group
 from dsgd_teach.trace import TraceRecorder
 
 pytestmark = pytest.mark.timeout(180)

@@ -20,7 +20,7 @@ from dsgd_teach.hogwild import (
     run_hogwild,
 )
 from dsgd_teach.hogwild.problem import epoch_order, kernel_arrays, load_data
-from dsgd_teach.runtime.live import WorkerLost
+from dsgd_teach.runtime.ranks.live import WorkerLost
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from dsgd_teach.runtime.live import WorkerLost, run_live
+from dsgd_teach.runtime.ranks.live import WorkerLost, run_live
 from dsgd_teach.trace import StopRequested, TraceRecorder
 
 
@@ -145,7 +145,7 @@ class _FakeWorker:
 
 
 def test_should_stop_never_waits_for_the_scheduler(monkeypatch):
-    from dsgd_teach.runtime import live
+    from dsgd_teach.runtime.ranks import live
 
     fake = _FakeWorker()
     monkeypatch.setattr(live, "get_worker", lambda: fake)
@@ -172,7 +172,7 @@ def test_events_travel_packed_and_arrive_as_plain_values(monkeypatch):
     import numpy as np
     import torch
 
-    from dsgd_teach.runtime import live
+    from dsgd_teach.runtime.ranks import live
 
     fake = _FakeWorker()
     monkeypatch.setattr(live, "get_worker", lambda: fake)
@@ -223,7 +223,7 @@ class _Failed:
 
 
 def test_a_rank_that_only_lost_its_peer_reports_the_peers_own_error() -> None:
-    from dsgd_teach.runtime.live import first_cause
+    from dsgd_teach.runtime.ranks.rank_watch import first_cause
 
     closed = RuntimeError("[gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:36527")
     cause = TimeoutError("stage 1: receive of activation 3 from stage 0 did not complete within 6.0 s")

@@ -19,7 +19,7 @@ import nbformat
 import pytest
 
 from dsgd_teach.course_runner import chapters
-from dsgd_teach.runtime import deployment, hosts
+from dsgd_teach.runtime.clusters import deployment, hosts
 
 REASON = hosts.available()
 pytestmark = pytest.mark.skipif(REASON is not None, reason=f"multi-host test skipped: {REASON}")
@@ -60,7 +60,7 @@ class Cluster:
         for i, host in enumerate((1, 2, 2)):
             deployment.start_worker(self.dep, host=h.ips[host], prefix=h.prefix(host),
                                     log=self.work / f"worker{i}.log")
-        self.python("-m", "dsgd_teach.runtime.deployment", "wait", self.dep.address, "3", timeout=180)
+        self.python("-m", "dsgd_teach.runtime.clusters.deployment", "wait", self.dep.address, "3", timeout=180)
 
     def python(self, *args: str, timeout: float, env: dict[str, str] | None = None) -> str:
         """Run this interpreter with args on host 2 (the kernel's host); returns stdout, fails with the logs."""
@@ -72,7 +72,7 @@ class Cluster:
 
     def fingerprint(self) -> dict:
         assert self.dep is not None
-        return json.loads(self.python("-m", "dsgd_teach.runtime.deployment", "fingerprint", self.dep.address, timeout=60))
+        return json.loads(self.python("-m", "dsgd_teach.runtime.clusters.deployment", "fingerprint", self.dep.address, timeout=60))
 
     def stop(self) -> None:
         try:

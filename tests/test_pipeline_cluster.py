@@ -17,8 +17,8 @@ from distributed import Client
 from dsgd_teach.collectives import elements_sent, port_is_free
 from dsgd_teach.pipeline import PipelineConfig, reference_training, run_pipeline
 from dsgd_teach.pipeline.one_f_one_b import warmup
-from dsgd_teach.runtime.cluster import start_client
-from dsgd_teach.runtime.live import WorkerLost
+from dsgd_teach.runtime.clusters.cluster import start_client
+from dsgd_teach.runtime.ranks.live import WorkerLost
 from dsgd_teach.tensor_parallel.megatron import (
     TensorParallelConfig,
     column_slice,

@@ -22,7 +22,7 @@ import pytest  # noqa: E402
 from distributed import Client  # noqa: E402
 
 from dsgd_teach.pipeline import SCHEDULES, PipelineConfig, ideal_bubble, plot_timeline, run_pipeline  # noqa: E402
-from dsgd_teach.runtime.cluster import start_client  # noqa: E402
+from dsgd_teach.runtime.clusters.cluster import start_client  # noqa: E402
 
 T_F = 0.04
 SLACK = 2e-3  # the trace's clock (time.time) against the sleep's (perf_counter)

@@ -14,7 +14,7 @@ import queue
 import torch
 import torch.distributed as dist
 
-from dsgd_teach.runtime.group import host_store
+from dsgd_teach.runtime.ranks.group import host_store
 
 JOIN_TIMEOUT_S = 600.0  # the default group's: far longer than the test waits
 TRAINING_TIMEOUT_S = 1.0
@@ -24,8 +24,8 @@ LEAVE_WITHIN_S = 60.0  # generous: the group is left after about TRAINING_TIMEOU
 def _rank(rank: int, port: int, report: multiprocessing.Queue, done: multiprocessing.Event) -> None:
     from dsgd_teach.pipeline.engine import own_group
     from dsgd_teach.pipeline.rank_support import StopVote
-    from dsgd_teach.runtime.comm import Comm
-    from dsgd_teach.runtime.group import join_store
+    from dsgd_teach.runtime.ranks.comm import Comm
+    from dsgd_teach.runtime.ranks.group import join_store
 
     dist.init_process_group("gloo", store=join_store("127.0.0.1", port, 2), rank=rank, world_size=2,
                             timeout=datetime.timedelta(seconds=JOIN_TIMEOUT_S))

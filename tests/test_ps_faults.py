@@ -7,8 +7,8 @@ import pytest
 
 from dsgd_teach.ps import DownpourConfig, ShardUnavailable, SyncPSConfig, run_downpour, run_sync_ps
 from dsgd_teach.ps.faults import KillWorkerAfter
-from dsgd_teach.runtime.cluster import start_client, worker_addresses
-from dsgd_teach.runtime.live import WorkerLost
+from dsgd_teach.runtime.clusters.cluster import start_client, worker_addresses
+from dsgd_teach.runtime.ranks.live import WorkerLost
 
 pytestmark = pytest.mark.timeout(150)
 

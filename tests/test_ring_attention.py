@@ -1,6 +1,6 @@
 """Ring attention (context parallelism) equals full causal attention, forward and backward, balanced or not.
 
-Ranks are threads of one process talking through the course's Comm (runtime/thread_group.py), so every message the
+Ranks are threads of one process talking through the course's Comm (runtime/ranks/thread_group.py), so every message the
 ring sends goes through Comm.exchange and is logged; the oracle is the model's own causal_attention.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dsgd_teach.runtime.thread_group import RankFailed, run_threads
+from dsgd_teach.runtime.ranks.thread_group import RankFailed, run_threads
 from dsgd_teach.transformer.model import GPTShape, build_gpt, causal_attention, lm_loss
 from dsgd_teach.transformer.ring_attention import (
     attend_by_ring,

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from dsgd_teach.runtime import ActorCalls, pack, unpack
+from dsgd_teach.runtime.actors import ActorCalls, pack, unpack
 
 
 class Ctx:

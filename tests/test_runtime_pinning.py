@@ -9,7 +9,7 @@ import pytest
 from distributed import Client
 
 from dsgd_teach.machine import worker_addresses
-from dsgd_teach.runtime.group import assign_cores, plan_group, run_in_group
+from dsgd_teach.runtime.ranks.group import assign_cores, plan_group, run_in_group
 from dsgd_teach.trace import TraceRecorder
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity on this OS")

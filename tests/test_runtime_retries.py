@@ -1,11 +1,11 @@
-"""runtime/retries.py: a call is retried while its resource is unavailable, stops on a stop, gives up in time."""
+"""runtime/actors/retries.py: a call is retried while its resource is unavailable, stops on a stop, gives up in time."""
 
 from __future__ import annotations
 
 import pytest
 
-from dsgd_teach.runtime import retries
-from dsgd_teach.runtime.retries import Stopped, repeat_until, retry
+from dsgd_teach.runtime.actors import retries
+from dsgd_teach.runtime.actors.retries import Stopped, repeat_until, retry
 
 
 class Gone(RuntimeError):

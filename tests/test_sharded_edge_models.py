@@ -9,8 +9,8 @@ import pytest
 import torch
 from distributed import Client
 
-from dsgd_teach.runtime.comm import Comm
-from dsgd_teach.runtime.group import plan_group, run_in_group
+from dsgd_teach.runtime.ranks.comm import Comm
+from dsgd_teach.runtime.ranks.group import plan_group, run_in_group
 from dsgd_teach.sharded import OverlappedDDP, ZeroAdam, zero_formula
 from dsgd_teach.sharded.toy import batch, flat_params
 from dsgd_teach.sharded.zoo import make

@@ -8,8 +8,8 @@ import pytest
 
 from dsgd_teach.models import loss_and_grad
 from dsgd_teach.problem import get_problem
-from dsgd_teach.runtime.cluster import start_client, worker_addresses
-from dsgd_teach.runtime.live import WorkerLost
+from dsgd_teach.runtime.clusters.cluster import start_client, worker_addresses
+from dsgd_teach.runtime.ranks.live import WorkerLost
 from dsgd_teach.sgd import batch_indices
 from dsgd_teach.syncasync import AsyncConfig, OneBitCompressor, SyncConfig, run_async, run_sync
 from dsgd_teach.trace import StopRequested

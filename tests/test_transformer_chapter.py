@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from dsgd_teach.experiments import get
-from dsgd_teach.runtime.cluster import start_client
+from dsgd_teach.runtime.clusters.cluster import start_client
 from dsgd_teach.transformer.experiment import TransformerConfig, run
 from dsgd_teach.transformer.mesh import AXES
 from dsgd_teach.transformer.predict import axis_bytes, memory_per_rank

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 import torch.distributed as dist
 
-from dsgd_teach.runtime.cluster import start_client
+from dsgd_teach.runtime.clusters.cluster import start_client
 from dsgd_teach.trace import Result
 from dsgd_teach.transformer.composed import ComposedConfig, compare_with_oracle, run_composed
 from dsgd_teach.transformer.expert_parallel import expert_parallel_bytes

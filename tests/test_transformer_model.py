@@ -68,7 +68,7 @@ def test_same_seed_same_weights_in_another_process_and_torch_rng_untouched() -> 
 
 
 def test_threads_building_at_once_get_the_same_weights() -> None:
-    """Ranks that are threads of one process (runtime/thread_group.py) build their models at the same time."""
+    """Ranks that are threads of one process (runtime/ranks/thread_group.py) build their models at the same time."""
     import threading
     from concurrent.futures import ThreadPoolExecutor
 

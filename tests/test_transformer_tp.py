@@ -16,8 +16,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from dsgd_teach.runtime.comm import Comm
-from dsgd_teach.runtime.group import host_store, join_store
+from dsgd_teach.runtime.ranks.comm import Comm
+from dsgd_teach.runtime.ranks.group import host_store, join_store
 from dsgd_teach.transformer.corpus import batch_at, make_corpus
 from dsgd_teach.transformer.model import GPTShape, build_gpt, lm_loss
 from dsgd_teach.transformer.sequence_parallel import sequence_chunk
@@ -194,8 +194,8 @@ def test_run_tp_on_the_cluster_gives_the_oracles_losses_and_traces_each_steps_by
 
 @pytest.mark.parametrize("sp", [False, True])
 def test_four_ranks_on_threads_equal_the_oracle_and_send_what_the_formulas_say(oracle, sp: bool) -> None:
-    """N_tp = 4 with chapter 05's ring between threads of this process (runtime/thread_group.py): no spawn."""
-    from dsgd_teach.runtime.thread_group import run_threads
+    """N_tp = 4 with chapter 05's ring between threads of this process (runtime/ranks/thread_group.py): no spawn."""
+    from dsgd_teach.runtime.ranks.thread_group import run_threads
     from dsgd_teach.transformer.tensor_parallel import tp_rank
 
     world = 4

@@ -1,4 +1,4 @@
-"""A cluster the course starts closes without a failed heartbeat in its workers' logs (runtime/worker_close.py)."""
+"""A cluster the course starts closes without a failed heartbeat in its workers' logs (runtime/clusters/worker_close.py)."""
 
 from __future__ import annotations
 

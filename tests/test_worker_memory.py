@@ -16,8 +16,8 @@ from dsgd_teach.memory import (
     plan_worker_memory,
     worker_baseline,
 )
-from dsgd_teach.runtime import live
-from dsgd_teach.runtime.cluster import start_client, worker_addresses
+from dsgd_teach.runtime.clusters.cluster import start_client, worker_addresses
+from dsgd_teach.runtime.ranks import live
 from dsgd_teach.sgd import DataParallelConfig, run_data_parallel
 from dsgd_teach.trace import TraceRecorder
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dsgd_teach.runtime import worker_settings
+from dsgd_teach.runtime.clusters import worker_settings
 
 
 class _FakeClient:

@@ -1,4 +1,4 @@
-"""Workers of a cluster the course starts are forked from one server that imported torch (runtime/worker_start.py)."""
+"""Workers of a cluster the course starts are forked from one server that imported torch (runtime/clusters/worker_start.py)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,12 @@ from pathlib import Path
 import psutil
 import pytest
 
-from dsgd_teach.runtime.cluster import start_client
-from dsgd_teach.runtime.worker_start import remove_stale_server_folders, start_method, worker_start_settings
+from dsgd_teach.runtime.clusters.cluster import start_client
+from dsgd_teach.runtime.clusters.worker_start import (
+    remove_stale_server_folders,
+    start_method,
+    worker_start_settings,
+)
 
 
 def _parent_command() -> str:
@@ -77,7 +81,7 @@ def test_a_killed_process_leaves_its_server_folder_and_the_next_start_removes_it
     if start_method() != "forkserver":
         pytest.skip("this platform has no forkserver")
     killed = (
-        "import os, multiprocessing.util as util\nfrom dsgd_teach.runtime.cluster import start_client\n"
+        "import os, multiprocessing.util as util\nfrom dsgd_teach.runtime.clusters.cluster import start_client\n"
         "client = start_client(1, quiet=True, use_gpu=False)\nprint(util.get_temp_dir(), flush=True)\n"
         "os._exit(0)  # as a killed kernel: no atexit\n"
     )

@@ -9,8 +9,14 @@ import pytest
 from distributed import LocalCluster
 
 from dsgd_teach.ps.server import default_placement
-from dsgd_teach.runtime.cluster import start_client, worker_addresses
-from dsgd_teach.runtime.workers import by_host, capacity, get_workers, interleave_hosts, rendezvous_host
+from dsgd_teach.runtime.clusters.cluster import start_client, worker_addresses
+from dsgd_teach.runtime.clusters.workers import (
+    by_host,
+    capacity,
+    get_workers,
+    interleave_hosts,
+    rendezvous_host,
+)
 
 A = ["tcp://10.0.0.1:4001", "tcp://10.0.0.1:4002", "tcp://10.0.0.2:4001", "tcp://10.0.0.2:4002"]
 
@@ -43,6 +49,22 @@ def test_rendezvous_refuses_loopback_across_hosts():
 def test_get_workers_rejects_bad_counts(client):
     with pytest.raises(ValueError, match=r"n must be an integer in \[1, 64\]"):
         get_workers(client, 0)
+    with pytest.raises(ValueError, match=r"policy must be one of \('fit', 'all', 'present', 'this_host'\), got 'most'"):
+        get_workers(client, 2, policy="most")
+
+
+def test_each_policy_gets_its_workers_or_says_what_is_short(client):
+    """One function, four answers when the two-worker cluster has too few: 'present' refuses without growing (the
+    cluster keeps its 2 workers), 'this_host' refuses naming this machine, and with enough both give the workers."""
+    assert get_workers(client, 2, policy="present").addresses == tuple(worker_addresses(client))
+    here = get_workers(client, 2, policy="this_host")
+    assert here.enough and len(here.addresses) == 2 and set(here.addresses) == set(worker_addresses(client))
+    with pytest.raises(ValueError, match=r"replicas=3 needs 3 worker processes running at once .* has 2; .*, or "
+                                         r"use fewer replicas"):
+        get_workers(client, 3, policy="present", what="replicas=3", instead="use fewer replicas")
+    assert len(worker_addresses(client)) == 2  # 'present' never grows the cluster
+    with pytest.raises(ValueError, match="3 ranks sharing memory need 3 workers on this machine"):
+        get_workers(client, 3, policy="this_host")
 
 
 @pytest.mark.timeout(240)

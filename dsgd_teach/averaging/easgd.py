@@ -19,7 +19,7 @@ from ..problem import get_problem
 from ..ps.monitor import quiet_released_shards
 from ..ps.replica import leave_thread_pool
 from ..ps.server import ShardedServer, ShardUnavailable
-from ..runtime.live import WorkerContext, run_live
+from ..runtime.ranks.live import WorkerContext, run_live
 from ..sampling import batch_indices
 from ..trace import OnUpdate, Result, TraceRecorder
 from .config import EASGDConfig

@@ -20,8 +20,8 @@ from distributed import Client
 
 from ..models import loss_and_grad
 from ..problem import ProblemSpec, get_problem
-from ..runtime.cluster import worker_addresses
-from ..runtime.rounds import collect
+from ..runtime.clusters.cluster import worker_addresses
+from ..runtime.ranks.rounds import collect
 from ..sampling import batch_indices
 from ..trace import OnUpdate, Result, StopRequested, TraceRecorder
 from .config import FedAvgConfig

@@ -25,9 +25,9 @@ from distributed import Client
 from ..collectives.algorithms import ALGORITHMS
 from ..models import loss_and_grad
 from ..problem import get_problem
-from ..runtime.comm import Comm
-from ..runtime.elastic import run_elastic
-from ..runtime.live import RankInterrupted, WorkerContext
+from ..runtime.ranks.comm import Comm
+from ..runtime.ranks.elastic import run_elastic
+from ..runtime.ranks.live import RankInterrupted, WorkerContext
 from ..sampling import batch_indices
 from ..trace import OnUpdate, Result, TraceRecorder
 from .config import LocalSGDConfig

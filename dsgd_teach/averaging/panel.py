@@ -9,7 +9,7 @@ from matplotlib.figure import Figure
 
 from ..config import sized
 from ..panel import ExperimentPanel
-from ..runtime.cluster import worker_addresses
+from ..runtime.clusters.cluster import worker_addresses
 from .config import FedAvgConfig, LocalSGDConfig
 from .fedavg import fed_curve, run_fedavg
 from .local_sgd import local_sgd_curve, run_local_sgd

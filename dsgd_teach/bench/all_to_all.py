@@ -17,8 +17,8 @@ import torch
 import torch.distributed as dist
 
 from ..collectives.all_to_all import all_to_all, library_all_to_all
-from ..runtime.comm import Comm
-from ..runtime.group import plan_group, run_in_group
+from ..runtime.ranks.comm import Comm
+from ..runtime.ranks.group import plan_group, run_in_group
 from ..trace import TraceRecorder
 from .runner import with_client
 

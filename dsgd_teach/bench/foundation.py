@@ -6,7 +6,7 @@ import time
 
 import numpy as np
 
-from ..runtime.cluster import start_client
+from ..runtime.clusters.cluster import start_client
 from ..sgd import DataParallelConfig, SGDConfig, run_data_parallel, run_sgd
 
 

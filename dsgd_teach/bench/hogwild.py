@@ -15,7 +15,7 @@ import pandas as pd
 
 from ..hogwild import CountingConfig, HogwildConfig, run_counting
 from ..hogwild.sweeps import interleaved_runs, warm
-from ..runtime.cluster import cpu_count
+from ..runtime.clusters.cluster import cpu_count
 from .runner import with_client
 
 SPARSE = HogwildConfig(dataset="sparse", n_samples=100_000, n_features=200_000, density=1e-4, skew=0.0, epochs=20,

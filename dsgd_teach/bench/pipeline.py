@@ -20,7 +20,7 @@ import statistics
 import torch
 
 from ..pipeline import PipelineConfig, run_pipeline
-from ..runtime.cluster import start_client
+from ..runtime.clusters.cluster import start_client
 from ..sim.pipeline import bubble_with_free_messages
 
 CONFIG = PipelineConfig(stages=2, microbatches=8, depth=8, hidden=512, batch_size=512, steps=6, lr=0.01,

@@ -17,7 +17,7 @@ from __future__ import annotations
 import statistics
 
 from ..pipeline import PipelineConfig, measured_bubble, run_pipeline
-from ..runtime.cluster import start_client
+from ..runtime.clusters.cluster import start_client
 
 T_F = 0.1  # seconds per forward of one microbatch on the emulated device; backward: twice that
 M = 8

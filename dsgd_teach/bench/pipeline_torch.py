@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 
 from ..pipeline import PipelineConfig, run_pipeline
-from ..runtime.cluster import start_client
-from ..runtime.group import host_store, join_store
+from ..runtime.clusters.cluster import start_client
+from ..runtime.ranks.group import host_store, join_store
 
 BASE = PipelineConfig(stages=2, depth=8, batch_size=512, steps=48, lr=0.01, device="cpu", timeout_s=60)
 SETTINGS = [(schedule, m, hidden) for schedule in ("gpipe", "1f1b") for hidden in (64, 512) for m in (4, 8)]

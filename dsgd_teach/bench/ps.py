@@ -12,7 +12,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ..ps import DownpourConfig, ShardedServer, run_downpour
-from ..runtime.cluster import worker_addresses
+from ..runtime.clusters.cluster import worker_addresses
 from .runner import with_client
 
 VECTOR_BYTES = 1 << 20  # 1 MB of float32 parameters

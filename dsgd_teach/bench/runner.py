@@ -18,7 +18,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from ..runtime.cluster import cpu_count, start_client
+from ..runtime.clusters.cluster import cpu_count, start_client
 from .report import machine_line
 
 BENCH_MODULES = (

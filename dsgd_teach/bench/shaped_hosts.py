@@ -1,7 +1,7 @@
 """Benchmark for chapter 05 on shaped links: ring against star (naive) over emulated hosts at 200 Mbit/s.
 
 The measurement is chapter 05's (dsgd_teach/collectives/shaped_links.py) with more repeats and ping-pong sizes.
-Five emulated hosts (dsgd_teach.runtime.hosts): the scheduler and the driver on host 0, one `dask worker` on each of hosts
+Five emulated hosts (dsgd_teach.runtime.clusters.hosts): the scheduler and the driver on host 0, one `dask worker` on each of hosts
 1-4, every link a token bucket of RATE. At N = 3 and 4 ranks and a message of MIB MiB, the figures to quote are
 star_over_ring_{N}ranks_ratio (> 1: the ring wins, as the alpha-beta model predicts) and
 model_error_{algorithm}_{N}ranks (|predicted - measured| / measured, goal <= 0.25), with alpha and beta fitted
@@ -10,7 +10,7 @@ from a ping-pong between two ranks in the same session. Needs root; elsewhere it
 What made the ring lose before: every emulated host is a separate address, so the course's worker settings gave
 each worker all the machine's cores as torch threads; four ranks on two cores then fought with spinning OpenMP
 threads at every reduce of every ring step (the star adds on one rank only). Threads are now shared per machine
-(dsgd_teach/runtime/worker_settings.py) and the workers here also start with OMP_NUM_THREADS=1. The emulation itself
+(dsgd_teach/runtime/clusters/worker_settings.py) and the workers here also start with OMP_NUM_THREADS=1. The emulation itself
 holds: a plain TCP flow, alone or three at once around a ring, reaches 23.9 MB/s of the 25 MB/s (200 Mbit/s,
 headers included), and a gloo ring step outside dask matches the fitted model. On a shared 2-core machine the ring,
 whose ranks all need a core at once, is the figure most disturbed by other load. The benchmark table
@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..collectives.shaped_links import ALGORITHMS, MeasurementFailed, measure_on_shaped_hosts
-from ..runtime import hosts
+from ..runtime.clusters import hosts
 
 RATE = "200mbit"
 MIB = 4

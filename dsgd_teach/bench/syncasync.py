@@ -9,7 +9,7 @@ from __future__ import annotations
 import dask
 import numpy as np
 
-from ..runtime.cluster import worker_addresses
+from ..runtime.clusters.cluster import worker_addresses
 from ..syncasync import SyncConfig, run_sync
 from ..syncasync.actors import SyncCoordinator
 from ..syncasync.plots import step_times

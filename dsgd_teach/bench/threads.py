@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..runtime.cluster import cpu_count
+from ..runtime.clusters.cluster import cpu_count
 from ..threads import InterOpConfig, IntraOpConfig, interop_table, run_inter_op, run_intra_op
 from .runner import with_client
 

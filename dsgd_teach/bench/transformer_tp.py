@@ -17,7 +17,7 @@ import multiprocessing as mp
 import statistics
 from typing import Any
 
-from ..runtime.group import host_store, join_store
+from ..runtime.ranks.group import host_store, join_store
 from ..transformer.model import GPTShape
 from ..transformer.tensor_parallel import TPConfig
 
@@ -34,7 +34,7 @@ def _rank(rank: int, port: int, rounds: int, out: Any) -> None:
     import torch.distributed as dist
     from torch.distributed.device_mesh import DeviceMesh
 
-    from ..runtime.comm import Comm
+    from ..runtime.ranks.comm import Comm
     from ..transformer.tensor_group import TensorGroup
     from ..transformer.tensor_parallel import tp_rank
     from ..transformer.torch_tp import torch_tp_rank

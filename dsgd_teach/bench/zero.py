@@ -15,9 +15,9 @@ from typing import Any
 
 import torch
 
-from ..runtime.comm import Comm
-from ..runtime.group import plan_group, run_in_group
-from ..runtime.live import WorkerContext
+from ..runtime.ranks.comm import Comm
+from ..runtime.ranks.group import plan_group, run_in_group
+from ..runtime.ranks.live import WorkerContext
 from ..sharded.toy import batch, flat_params, make_mlp
 from ..sharded.zero import ZeroAdam
 from ..trace import TraceRecorder

@@ -1,6 +1,13 @@
 """Chapter 05: collective communication from scratch — allreduce by hand (star, doubling, binomial tree, halving-doubling, ring)."""
 
-from ..runtime.group import GroupSpec, find_free_port, plan_group, port_is_free, process_group, run_in_group
+from ..runtime.ranks.group import (
+    GroupSpec,
+    find_free_port,
+    plan_group,
+    port_is_free,
+    process_group,
+    run_in_group,
+)
 from .algorithms import (
     ALGORITHMS,
     HAND_WRITTEN,

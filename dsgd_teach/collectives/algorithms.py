@@ -13,7 +13,7 @@ from collections.abc import Callable
 import torch
 import torch.distributed as dist
 
-from ..runtime.comm import Comm
+from ..runtime.ranks.comm import Comm
 from .layout import chunk_offsets, chunk_sizes, doubling_layout
 from .logarithmic import (
     binomial_allreduce,

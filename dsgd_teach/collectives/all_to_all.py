@@ -20,7 +20,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ..runtime.comm import Comm
+from ..runtime.ranks.comm import Comm
 
 
 def check_splits(comm: Comm, splits: Sequence[int], name: str, rows: int | None = None) -> list[int]:

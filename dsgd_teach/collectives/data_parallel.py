@@ -18,9 +18,9 @@ from distributed import Client
 from ..config import check_choice, check_int, check_timeout
 from ..models import loss_and_grad
 from ..problem import TrainingConfig, get_problem
-from ..runtime.comm import Comm
-from ..runtime.group import DEVICES, plan_group, run_in_group
-from ..runtime.live import WorkerContext
+from ..runtime.ranks.comm import Comm
+from ..runtime.ranks.group import DEVICES, plan_group, run_in_group
+from ..runtime.ranks.live import WorkerContext
 from ..sampling import batch_indices
 from ..trace import OnUpdate, Result, TraceRecorder
 from .algorithms import check_algorithm, get_allreduce

@@ -15,7 +15,7 @@ import pandas as pd
 from distributed import Client
 
 from ..config import Config, check_choice, check_int, check_seed, check_timeout
-from ..runtime.group import DEVICES, GroupSpec, group_hosts, plan_group, run_in_group
+from ..runtime.ranks.group import DEVICES, GroupSpec, group_hosts, plan_group, run_in_group
 from ..trace import OnUpdate, Result, TraceRecorder
 from .algorithms import ALGORITHMS, HAND_WRITTEN, check_algorithm, resolve
 from .cost_model import AlphaBeta, bus_bandwidth, fit_alpha_beta, predict_seconds

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from ..runtime.comm import Comm
+from ..runtime.ranks.comm import Comm
 from .layout import chunk_offsets, doubling_layout, folded_rank, tree_rounds, unfolded_rank
 from .tensors import flat_copy, restore
 

@@ -18,9 +18,9 @@ import torch
 import torch.distributed as dist
 from distributed import Client
 
-from ..runtime.comm import Comm
-from ..runtime.group import plan_group, run_in_group
-from ..runtime.live import WorkerContext
+from ..runtime.ranks.comm import Comm
+from ..runtime.ranks.group import plan_group, run_in_group
+from ..runtime.ranks.live import WorkerContext
 from ..trace import TraceRecorder
 from .algorithms import ALGORITHMS, HAND_WRITTEN
 

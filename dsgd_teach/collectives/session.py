@@ -15,8 +15,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..runtime.comm import Comm
-from ..runtime.live import WorkerContext
+from ..runtime.ranks.comm import Comm
+from ..runtime.ranks.live import WorkerContext
 from .algorithms import get_allreduce, recv_first_exchange
 
 

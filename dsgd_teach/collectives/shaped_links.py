@@ -1,6 +1,6 @@
 """Chapter 05 on shaped links: star (naive) against ring over emulated hosts, with the alpha-beta model's prediction.
 
-Makes 1 + max(worlds) emulated hosts (dsgd_teach.runtime.hosts) whose links are token buckets of `rate`: the dask
+Makes 1 + max(worlds) emulated hosts (dsgd_teach.runtime.clusters.hosts) whose links are token buckets of `rate`: the dask
 scheduler and the measuring driver on host 0, one single-threaded `dask worker` on each other host. On host 0, for
 each world size N, one process group of N ranks fits alpha and beta from a ping-pong and times both algorithms on a
 vector of `mib` MiB. Everything made is removed on the way out. The chapter's cell calls `shaped_allreduce`; the
@@ -17,7 +17,7 @@ import sys
 import time
 from typing import Any
 
-from ..runtime import hosts
+from ..runtime.clusters import hosts
 
 ALGORITHMS = ("naive", "ring")
 MODULE = "dsgd_teach.collectives.shaped_links"  # run as `python -m MODULE ADDRESS ...` on host 0
@@ -70,9 +70,9 @@ def measure_inside(address: str, worlds: tuple[int, ...], mib: float, repeats: i
     """
     import numpy as np
 
-    from ..runtime.cluster import start_client
-    from ..runtime.deployment import wait_for_workers
-    from ..runtime.group import group_hosts
+    from ..runtime.clusters.cluster import start_client
+    from ..runtime.clusters.deployment import wait_for_workers
+    from ..runtime.ranks.group import group_hosts
     from .cost_model import fit_alpha_beta, predict_seconds
     from .experiment import run_session
     from .session import Plan

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from ..runtime.comm import Comm
+from ..runtime.ranks.comm import Comm
 
 #: dtypes that torch.distributed.all_reduce(SUM) accepts on gloo (checked against torch 2.x; int16 and the
 #: unsigned types wider than 8 bits are refused there with "Invalid scalar type").

@@ -7,7 +7,7 @@ from distributed import Client
 
 from ..config import sized
 from ..panel import ExperimentPanel
-from ..runtime.workers import capacity
+from ..runtime.clusters.workers import capacity
 from .config import HogwildConfig
 from .plots import plot_progress
 from .run import run_hogwild

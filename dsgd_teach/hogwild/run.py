@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 from distributed import Client
 
-from ..runtime.live import run_live
-from ..runtime.workers import host_of, one_host_workers, require_workers
+from ..runtime.clusters.workers import get_workers, host_of
+from ..runtime.ranks.live import run_live
 from ..trace import OnUpdate, Result, TraceRecorder
 from .config import CountingConfig, HogwildConfig
 from .kernels import accuracy, mean_loss
@@ -32,19 +32,19 @@ def check_platform_and_workers(config: AnyConfig, client: Client) -> None:
         raise RuntimeError("lock=True needs POSIX pthread mutexes, which this platform lacks")
     if getattr(config, "round_robin", False) and not HAVE_MUTEX:
         raise RuntimeError("round_robin=True needs POSIX (sched_yield), which this platform lacks")
-    require_workers(client, config.workers if config.backend == "processes" else 1, f"workers={config.workers}",
-                    "use backend='threads'")
+    get_workers(client, config.workers if config.backend == "processes" else 1, policy="present",
+                what=f"workers={config.workers}", instead="use backend='threads'")
 
 
 def _run_ranks(config: AnyConfig, client: Client, recorder: TraceRecorder) -> tuple[np.ndarray, list[dict], bool, str]:
     """Run every rank against a fresh shared block: (final shared vector, per-rank stats, stopped, the host).
 
-    Worker processes share the block through /dev/shm, so they must all live on one host: one_host_workers picks
+    Worker processes share the block through /dev/shm, so they must all live on one host: get_workers(policy="this_host") picks
     them (or says no host has enough). The driver creates the block, so that host must be the driver's too;
     the threads backend runs on a single worker and shares the block with it.
     """
     check_platform_and_workers(config, client)
-    addresses = one_host_workers(client, config.workers if config.backend == "processes" else 1)
+    addresses = get_workers(client, config.workers if config.backend == "processes" else 1, policy="this_host").addresses
     hosts = ",".join(sorted({host_of(a) for a in addresses}))  # the one host whose /dev/shm the ranks share
     n_features = config.data_spec.n_features
     arrays = block_arrays(config, n_features)

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import pandas as pd
 from distributed import Client
 
-from ..runtime.cluster import cpu_count
+from ..runtime.clusters.cluster import cpu_count
 from ..trace import Result
 from .config import CountingConfig, HogwildConfig
 from .run import run_counting, run_hogwild

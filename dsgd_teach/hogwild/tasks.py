@@ -11,7 +11,7 @@ import queue
 import threading
 from typing import Any
 
-from ..runtime.live import WorkerContext
+from ..runtime.ranks.live import WorkerContext
 from .config import CountingConfig
 from .problem import load_data
 from .shm import BlockSpec, attach_block

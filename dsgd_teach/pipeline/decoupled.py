@@ -18,8 +18,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..runtime.comm import Comm
-from ..runtime.live import WorkerContext
+from ..runtime.ranks.comm import Comm
+from ..runtime.ranks.live import WorkerContext
 from .engine import Stage
 from .stages import flat_params
 

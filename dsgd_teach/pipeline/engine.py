@@ -21,8 +21,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ..runtime.comm import Comm
-from ..runtime.live import WorkerContext
+from ..runtime.ranks.comm import Comm
+from ..runtime.ranks.live import WorkerContext
 from ..sampling import batch_indices
 from .actions import Action
 from .hybrid import Layout, average_replicas, data_parallel_groups

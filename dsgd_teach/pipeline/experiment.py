@@ -13,7 +13,7 @@ from distributed import Client
 from torch import nn
 
 from ..config import Config, check_bool, check_choice, check_float, check_int, check_seed, check_timeout
-from ..runtime.group import DEVICES, plan_group, run_in_group
+from ..runtime.ranks.group import DEVICES, plan_group, run_in_group
 from ..sampling import batch_indices
 from ..trace import OnUpdate, Result, TraceRecorder
 from .decoupled import decoupled_rank
@@ -51,7 +51,7 @@ class PipelineConfig(Config):
     make the stages take turns on the cores instead of overlapping.
 
     pin_stages runs each CPU stage on a core of its own (the i-th stage on a machine on its i-th core), as each
-    stage of a real pipeline has a device of its own (runtime/group.py says what it saves).
+    stage of a real pipeline has a device of its own (runtime/ranks/group.py says what it saves).
     """
 
     model: str = "mlp"

@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ..runtime.comm import Comm, wait_for
+from ..runtime.ranks.comm import Comm, wait_for
 
 
 @dataclass(frozen=True)

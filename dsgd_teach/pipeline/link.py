@@ -23,7 +23,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ..runtime.comm import wait_for
+from ..runtime.ranks.comm import wait_for
 
 
 @dataclass

@@ -13,8 +13,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..runtime.comm import Comm
-from ..runtime.live import WorkerContext
+from ..runtime.ranks.comm import Comm
+from ..runtime.ranks.live import WorkerContext
 from . import gpipe, naive, one_f_one_b
 from .actions import TrainStep, actions_of
 from .engine import Stage

@@ -10,8 +10,8 @@ import torch
 import torch.distributed as dist
 
 from ..problem import ProblemSpec, get_problem
-from ..runtime.comm import Comm, wait_for
-from ..runtime.live import WorkerContext
+from ..runtime.ranks.comm import Comm, wait_for
+from ..runtime.ranks.live import WorkerContext
 
 #: About how often the stages vote on stopping, and the most steps between two votes.
 VOTE_EVERY_S = 0.05

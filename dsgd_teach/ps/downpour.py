@@ -15,8 +15,8 @@ from distributed import Client
 
 from ..models import loss_and_grad
 from ..problem import get_problem
-from ..runtime.live import WorkerContext
-from ..runtime.retries import Stopped
+from ..runtime.actors.retries import Stopped
+from ..runtime.ranks.live import WorkerContext
 from ..sampling import batch_indices
 from ..trace import OnUpdate, Result
 from .config import DownpourConfig

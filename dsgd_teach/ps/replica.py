@@ -8,8 +8,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from ..runtime.live import WorkerContext
-from ..runtime.retries import repeat_until, retry
+from ..runtime.actors.retries import repeat_until, retry
+from ..runtime.ranks.live import WorkerContext
 from .server import START_TIMEOUT_S, ShardedServer, ShardUnavailable
 from .shard import BarrierTimeout
 
@@ -33,7 +33,7 @@ def leave_thread_pool() -> None:
 class ShardCalls:
     """A replica's calls to the sharded server, each waiting out a shard the driver is restoring elsewhere.
 
-    Every call is retried (runtime/retries.py) while a shard is unavailable, for at most 3 * timeout_s, and raises
+    Every call is retried (runtime/actors/retries.py) while a shard is unavailable, for at most 3 * timeout_s, and raises
     Stopped as soon as the run is asked to stop. Retrying a push is safe: pushes are idempotent by key.
     """
 

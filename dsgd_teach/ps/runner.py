@@ -11,8 +11,8 @@ import pandas as pd
 from distributed import Client
 
 from ..problem import Problem, get_problem
-from ..runtime.live import run_live
-from ..runtime.workers import require_workers
+from ..runtime.clusters.workers import get_workers
+from ..runtime.ranks.live import run_live
 from ..trace import OnUpdate, Result, StopRequested
 from .config import PSConfig
 from .monitor import ServerWatch, quiet_released_shards
@@ -21,7 +21,7 @@ from .server import ShardedServer
 
 def check_replicas_and_shards(config: PSConfig, client: Client, n_params: int) -> None:
     """Refuse configs the cluster or the model cannot run: replicas must run at once, shards need coordinates."""
-    require_workers(client, config.replicas, f"replicas={config.replicas}", "use fewer replicas")
+    get_workers(client, config.replicas, policy="present", what=f"replicas={config.replicas}", instead="use fewer replicas")
     if config.shards > n_params:
         raise ValueError(f"shards must be at most the number of parameters ({n_params}), got {config.shards}")
 

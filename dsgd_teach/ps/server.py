@@ -23,8 +23,8 @@ from distributed import Client, Variable
 from distributed.actor import Actor
 
 from ..config import check_choice, check_float, check_int, check_timeout
-from ..runtime.cluster import worker_addresses
-from ..runtime.workers import alternate_from_end
+from ..runtime.clusters.cluster import worker_addresses
+from ..runtime.clusters.workers import alternate_from_end
 from . import checkpoint as ckpt
 from .optimizers import DEFAULT_DC_LAMBDA, OPTIMIZERS
 from .shard import BarrierTimeout, ParamShard

@@ -15,7 +15,7 @@ from ..config import check_int
 from ..memory import wait_futures
 from ..models import loss_and_grad
 from ..problem import ProblemSpec, get_problem
-from ..runtime.live import pick_workers
+from ..runtime.ranks.live import pick_workers
 from ..sampling import batch_indices
 from ..trace import OnUpdate, Result, StopRequested, TraceRecorder
 from .sequential import SGDConfig

@@ -11,7 +11,7 @@ from distributed import Client
 
 from ..models import loss_and_grad
 from ..problem import ProblemSpec, TrainingConfig, get_problem
-from ..runtime.live import WorkerContext, run_live
+from ..runtime.ranks.live import WorkerContext, run_live
 from ..sampling import batch_indices
 from ..trace import OnUpdate, Result, TraceRecorder
 

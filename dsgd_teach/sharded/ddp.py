@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 
 from ..collectives.algorithms import ring_allreduce
-from ..runtime.comm import Comm
+from ..runtime.ranks.comm import Comm
 from .buckets import assign_buckets
 from .zero_units import output_tensors
 

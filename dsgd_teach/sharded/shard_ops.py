@@ -15,7 +15,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ..runtime.comm import Comm
+from ..runtime.ranks.comm import Comm
 
 HOW = ("ring", "library")
 

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from ..runtime.comm import Comm
+from ..runtime.ranks.comm import Comm
 from .loss_scaler import LossScaler
 from .shard_ops import Pending, start_all_gather, start_all_reduce, start_reduce_scatter
 from .zero_base import DTYPES, ShardedAdam

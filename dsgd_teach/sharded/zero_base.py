@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 import torch
 import torch.distributed as dist
 
-from ..runtime.comm import Comm
+from ..runtime.ranks.comm import Comm
 from .loss_scaler import LossScaler
 from .shard_ops import HOW, Pending
 from .zero_formulas import zero_formula

@@ -17,9 +17,9 @@ import torch
 from distributed import Client
 
 from ..config import Config, check_choice, check_float, check_int, check_seed, check_timeout
-from ..runtime.comm import Comm
-from ..runtime.group import DEVICES, plan_group, run_in_group
-from ..runtime.live import WorkerContext
+from ..runtime.ranks.comm import Comm
+from ..runtime.ranks.group import DEVICES, plan_group, run_in_group
+from ..runtime.ranks.live import WorkerContext
 from ..trace import OnUpdate, Result, TraceRecorder
 from .toy import batch, flat_params, make_mlp
 from .zero import DTYPES, LossScaler, ZeroAdam, activation_meter, traffic_formula

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..runtime.workers import get_workers
+from ..runtime.clusters.workers import get_workers
 from ..trace import Result
 from .config import from_config
 from .run import run_simulated

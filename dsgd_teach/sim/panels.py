@@ -7,7 +7,7 @@ from typing import Any
 import ipywidgets as widgets
 
 from ..panel import ExperimentPanel
-from ..runtime.workers import capacity
+from ..runtime.clusters.workers import capacity
 from .config import MAX_SIM_WORKERS, from_config
 from .plots import plot_sim_live
 from .run import run_simulated

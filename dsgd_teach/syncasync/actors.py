@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..ps.optimizers import DEFAULT_DC_LAMBDA, make_optimizer
-from ..runtime import pack, unpack
+from ..runtime.actors import pack, unpack
 from .onebit import OneBitMessage
 from .schedule import StalenessGate, StepLog, SyncRound
 

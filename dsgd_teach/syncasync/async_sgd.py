@@ -20,8 +20,8 @@ from ..config import check_bool, check_choice, check_float, check_int
 from ..models import loss_and_grad
 from ..problem import get_problem
 from ..ps.optimizers import DEFAULT_DC_LAMBDA, OPTIMIZERS
-from ..runtime.live import WorkerContext, pick_workers, run_live
-from ..runtime.workers import require_workers
+from ..runtime.clusters.workers import get_workers
+from ..runtime.ranks.live import WorkerContext, pick_workers, run_live
 from ..sampling import batch_indices
 from ..trace import OnUpdate, Result
 from .actors import AsyncServer
@@ -100,7 +100,7 @@ def async_worker(ctx: WorkerContext, config: AsyncConfig, server: Any) -> int:
 
 def run_async(config: AsyncConfig, client: Client, on_update: OnUpdate | None = None) -> Result:
     """Run asynchronous SGD on the cluster and return its trace (one "push" event per applied gradient)."""
-    require_workers(client, config.world, "this run", "use fewer workers/backups")
+    get_workers(client, config.world, policy="present", instead="use fewer workers/backups")
     problem = get_problem(config.problem)
     recorder = EvalRecorder(problem, on_update)
     t_start = time.perf_counter()

@@ -8,7 +8,7 @@ from typing import Any
 from distributed import Client
 
 from ..config import check_bool, check_choice, check_int, sized
-from ..runtime.workers import capacity, get_workers
+from ..runtime.clusters.workers import capacity, get_workers
 from ..trace import OnUpdate, Result
 from .async_sgd import AsyncConfig, run_async
 from .delays import STRAGGLER_MODELS
@@ -49,7 +49,7 @@ class PlaygroundConfig(SyncConfig):
 def run_playground(config: PlaygroundConfig, client: Client, on_update: OnUpdate | None = None) -> Result:
     """Grow the local cluster to the processes the run needs, then run sync or async SGD."""
     inner = config.resolved()
-    get_workers(client, inner.world)  # grows a cluster the course may scale; else require_workers says what is short
+    get_workers(client, inner.world)  # grows a cluster the course may scale; else the run says what is short
     run = run_sync if isinstance(inner, SyncConfig) else run_async
     return run(inner, client, on_update)
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from ..runtime import ActorCalls
-from ..runtime.live import WorkerContext
+from ..runtime.actors import ActorCalls
+from ..runtime.ranks.live import WorkerContext
 from .onebit import raw_nbytes
 
 

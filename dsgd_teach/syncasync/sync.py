@@ -18,8 +18,8 @@ from distributed import Client
 from ..config import check_bool, check_int
 from ..models import loss_and_grad
 from ..problem import get_problem
-from ..runtime.live import WorkerContext, pick_workers, run_live
-from ..runtime.workers import require_workers
+from ..runtime.clusters.workers import get_workers
+from ..runtime.ranks.live import WorkerContext, pick_workers, run_live
 from ..sampling import batch_indices
 from ..trace import OnUpdate, Result
 from .actors import SyncCoordinator
@@ -81,7 +81,7 @@ def sync_worker(ctx: WorkerContext, config: SyncConfig, coord: Any) -> int:
 
 def run_sync(config: SyncConfig, client: Client, on_update: OnUpdate | None = None) -> Result:
     """Run synchronous SGD (with backups / 1-bit if configured) on the cluster and return its trace."""
-    require_workers(client, config.world, "this run", "use fewer workers/backups")
+    get_workers(client, config.world, policy="present", instead="use fewer workers/backups")
     problem = get_problem(config.problem)
     recorder = EvalRecorder(problem, on_update)
     t_start = time.perf_counter()

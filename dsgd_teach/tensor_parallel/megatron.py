@@ -18,9 +18,9 @@ from distributed import Client
 
 from ..collectives.algorithms import ALGORITHMS, chunk_offsets
 from ..config import Config, check_choice, check_int, check_seed, check_timeout
-from ..runtime.comm import Comm
-from ..runtime.group import DEVICES, plan_group, run_in_group
-from ..runtime.live import WorkerContext
+from ..runtime.ranks.comm import Comm
+from ..runtime.ranks.group import DEVICES, plan_group, run_in_group
+from ..runtime.ranks.live import WorkerContext
 from ..trace import OnUpdate, Result, TraceRecorder
 
 

@@ -20,8 +20,8 @@ from typing import Any
 
 from distributed import Client
 
-from ..runtime.cluster import cpu_count, worker_addresses
-from ..runtime.live import WorkerContext, run_live
+from ..runtime.clusters.cluster import cpu_count, worker_addresses
+from ..runtime.ranks.live import WorkerContext, run_live
 from ..trace import TraceRecorder
 from .lines import LineReader
 

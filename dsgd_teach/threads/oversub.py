@@ -13,7 +13,7 @@ import pandas as pd
 from distributed import Client
 
 from ..config import Config, check_int
-from ..runtime.cluster import threads_per_worker_process
+from ..runtime.clusters.cluster import threads_per_worker_process
 from ..trace import OnUpdate, Result
 from .common import check_common, check_memory, check_optional_count, counts, job, per_config, run_jobs, suite
 from .fresh import worker_cores

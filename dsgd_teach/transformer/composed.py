@@ -29,9 +29,9 @@ from ..collectives.algorithms import ring_allreduce
 from ..config import Config, check_bool, check_float, check_int, check_seed, check_timeout
 from ..pipeline.engine import own_group
 from ..pipeline.rank_support import StopVote
-from ..runtime.comm import Comm, wait_for
-from ..runtime.group import plan_group, run_in_group
-from ..runtime.live import WorkerContext
+from ..runtime.ranks.comm import Comm, wait_for
+from ..runtime.ranks.group import plan_group, run_in_group
+from ..runtime.ranks.live import WorkerContext
 from ..trace import OnUpdate, Result, TraceRecorder
 from .corpus import batch_at, make_corpus
 from .experts import aux_loss_of

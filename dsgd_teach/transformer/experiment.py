@@ -21,7 +21,7 @@ from ..collectives.experiment import run_session
 from ..collectives.session import Plan as SessionPlan
 from ..config import check_bool, sized
 from ..machine import cpu_count
-from ..runtime.workers import get_workers
+from ..runtime.clusters.workers import get_workers
 from ..trace import OnUpdate, Result
 from .calibration import Calibration, predict_step
 from .composed import ComposedConfig, compare_with_oracle, run_composed

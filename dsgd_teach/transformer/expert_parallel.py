@@ -24,7 +24,7 @@ import torch.distributed as dist
 from torch import nn
 
 from ..collectives.all_to_all import all_to_all_bytes, differentiable_all_to_all, exchange_counts
-from ..runtime.comm import Comm
+from ..runtime.ranks.comm import Comm
 from .experts import MoE, kept_assignments, route, run_experts
 from .mesh import GroupTransport
 

@@ -30,7 +30,7 @@ import torch
 import torch.distributed as dist
 
 from ..config import Config, check_int
-from ..runtime.comm import Comm
+from ..runtime.ranks.comm import Comm
 
 #: Axes of a layout, as the chapter names them: data, tensor, pipeline, context and expert parallelism.
 AXES = ("dp", "tp", "pp", "cp", "ep")

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from ..pipeline.stages import stage_bounds
-from ..runtime.comm import Comm
+from ..runtime.ranks.comm import Comm
 from .expert_parallel import ExpertParallelMoE
 from .mesh import AXES, Layout, Mesh
 from .model import GPT, causal_attention

@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from ..runtime.comm import Comm
+from ..runtime.ranks.comm import Comm
 from .model import Attend
 
 

@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 
 from ..collectives.algorithms import ring_allreduce
-from ..runtime.comm import Comm
+from ..runtime.ranks.comm import Comm
 from ..sharded.shard_ops import ring_all_gather, ring_reduce_scatter
 
 HOW = ("ring", "library")

@@ -1,6 +1,6 @@
 """Tensor (and sequence) parallel training of the GPT on the live cluster: N_tp ranks, one process group.
 
-`run_tp(config, client)` runs tensor_parallel.tp_rank on config.tp dask workers (runtime/group.py's process group,
+`run_tp(config, client)` runs tensor_parallel.tp_rank on config.tp dask workers (runtime/ranks/group.py's process group,
 every wait bounded by config.timeout_s) and compares each step's loss with the single-process oracle's.
 """
 
@@ -13,9 +13,9 @@ from typing import Any
 import torch
 from distributed import Client
 
-from ..runtime.comm import Comm
-from ..runtime.group import plan_group, run_in_group
-from ..runtime.live import WorkerContext
+from ..runtime.ranks.comm import Comm
+from ..runtime.ranks.group import plan_group, run_in_group
+from ..runtime.ranks.live import WorkerContext
 from ..trace import OnUpdate, Result, TraceRecorder
 from .corpus import batch_at, make_corpus
 from .model import build_gpt, lm_loss

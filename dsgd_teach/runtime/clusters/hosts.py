@@ -7,7 +7,7 @@ traffic leaves them. Every process started "on" host i runs in that namespace an
 real machines. Links can be shaped with a token bucket (tc tbf; netem is not available everywhere). Needs root.
 
 Used by the multi-host tests, chapter 05's shaped-links measurement (dsgd_teach/collectives/shaped_links.py, also
-run by the benchmark) through `shaped_deployment`, and `python -m dsgd_teach.runtime.hosts up|down` for lecturers.
+run by the benchmark) through `shaped_deployment`, and `python -m dsgd_teach.runtime.clusters.hosts up|down` for lecturers.
 """
 
 from __future__ import annotations
@@ -200,8 +200,8 @@ def shaped_deployment(n_hosts: int, rate: str) -> Iterator[tuple[Hosts, Any]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m dsgd_teach.runtime.hosts up [--hosts 3] [--rate 200mbit]` / `down TAG`: emulated hosts for a lecture."""
-    parser = argparse.ArgumentParser(prog="python -m dsgd_teach.runtime.hosts", description=__doc__.splitlines()[0])
+    """`python -m dsgd_teach.runtime.clusters.hosts up [--hosts 3] [--rate 200mbit]` / `down TAG`: emulated hosts for a lecture."""
+    parser = argparse.ArgumentParser(prog="python -m dsgd_teach.runtime.clusters.hosts", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     p_up = sub.add_parser("up", help="make the hosts and print how to start dask on them")
     p_up.add_argument("--hosts", type=int, default=3)
@@ -221,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
         pre = " ".join(shlex.quote(a) for a in hosts.prefix(i))
         print(f"on host {i}:  {pre} dask worker tcp://{hosts.ips[0]}:8786 --host {hosts.ips[i]} --nthreads 1")
     print(f"notebook:   DSGD_SCHEDULER=tcp://{hosts.ips[0]}:8786 {run} jupyter lab --allow-root")
-    print(f"when done:  python -m dsgd_teach.runtime.hosts down {hosts.tag}")
+    print(f"when done:  python -m dsgd_teach.runtime.clusters.hosts down {hosts.tag}")
     return 0
 
 

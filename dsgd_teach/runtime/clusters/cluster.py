@@ -22,10 +22,9 @@ from dataclasses import dataclass
 import dask
 from dask.utils import parse_bytes
 from distributed import Client, LocalCluster
-from distributed.diagnostics.plugin import WorkerPlugin
 
-from ..machine import WORKER_MALLOC, check_n_workers, cpu_count, worker_addresses
-from ..memory import (
+from ...machine import WORKER_MALLOC, check_n_workers, cpu_count, worker_addresses
+from ...memory import (
     BINDER_BUDGET_BYTES,
     MiB,
     WorkerMemoryError,
@@ -36,6 +35,7 @@ from ..memory import (
 )
 from . import worker_settings
 from .gateway import WORKERS_TIMEOUT_S, gateway_address, new_gateway_cluster
+from .worker_settings import CourseSettings
 from .worker_start import worker_start_settings
 from .workers import scale_to
 
@@ -127,18 +127,6 @@ def visible_gpus() -> int:
         return 0
 
 
-class TorchThreads(WorkerPlugin):
-    """Worker plugin setting torch's intra-op thread count in every worker, including ones added later."""
-
-    def __init__(self, threads: int) -> None:
-        self.threads = threads
-
-    def setup(self, worker) -> None:  # noqa: ANN001 - dask's signature
-        import torch
-
-        torch.set_num_threads(self.threads)
-
-
 @dataclass
 class ClusterInfo:
     """How the client was obtained: kind is 'external', 'handed', 'gateway', 'cuda' or 'local'; note says why."""
@@ -195,7 +183,7 @@ class CourseClient(Client):
         if self._owned_cluster is None:
             raise RuntimeError(
                 "this client is connected to an external scheduler; resize that deployment with its own tools "
-                "(dsgd_teach.runtime.workers.get_workers runs with what fits instead)"
+                "(dsgd_teach.runtime.clusters.workers.get_workers runs with what fits instead)"
             )
         if n_workers == self.n_workers():
             return _describe(n_workers)
@@ -213,7 +201,7 @@ class CourseClient(Client):
                     raise TimeoutError(f"cluster did not reach {n_workers} workers within {timeout:.0f} s")
                 time.sleep(0.05)
         threads = self._torch_threads or threads_per_worker_process(n_workers)
-        self.register_plugin(TorchThreads(threads), name=PLUGIN_NAME)
+        self.register_plugin(CourseSettings(threads=threads), name=PLUGIN_NAME)
         return _describe(n_workers)
 
 
@@ -378,7 +366,7 @@ def start_client(
         client._owned_cluster = cluster
         n_now = len(cluster.scheduler_info["workers"])
         try:
-            client.register_plugin(TorchThreads(threads_per_worker_process(n_now)), name=PLUGIN_NAME)  # imports torch
+            client.register_plugin(CourseSettings(threads=threads_per_worker_process(n_now)), name=PLUGIN_NAME)  # imports torch
             check_workers_fit(client)
         except BaseException:  # leave no process behind
             client.close()

@@ -2,7 +2,7 @@
 
 The driver picks the workers, has the rank-0 worker open the group's rendezvous store on a port the OS gives it
 (port 0, listening from that moment, so no other group can take the port in between), and runs a task per rank
-through `dsgd_teach.runtime.live.run_live`; rank 0 takes the open store, the others connect to its port, each joins
+through `dsgd_teach.runtime.ranks.live.run_live`; rank 0 takes the open store, the others connect to its port, each joins
 the group (gloo on CPU, NCCL on GPU) with a timeout, does its work and calls destroy_process_group in a `finally`, so
 a failed or stopped run leaves no group, port or thread behind.
 
@@ -29,12 +29,12 @@ import torch
 import torch.distributed as dist
 from distributed import Client
 
-from ..machine import host_of, machine_id
-from ..trace import TraceRecorder
-from .cluster import visible_gpus
+from ...machine import host_of, machine_id
+from ...trace import TraceRecorder
+from ..clusters.cluster import visible_gpus
+from ..clusters.workers import get_workers, interleave_hosts, rendezvous_host
 from .comm import Comm
 from .live import WorkerContext, run_live
-from .workers import ensure_workers, interleave_hosts, rendezvous_host
 
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -158,7 +158,7 @@ def plan_group(client: Client, world: int, device: str = "auto", timeout_s: floa
         raise ValueError(f"device must be one of {DEVICES}, got {device!r}")
     if workers is not None and len(workers) != world:
         raise ValueError(f"need one worker address per rank ({world}), got {len(workers)}")
-    addresses = list(workers) if workers is not None else interleave_hosts(ensure_workers(client, world))[:world]
+    addresses = list(workers) if workers is not None else interleave_hosts(get_workers(client, world, policy="all").addresses)[:world]
     setup_s = max(60.0, timeout_s)  # first tasks import torch on the workers: slow on a busy laptop
     probes = [client.submit(visible_gpus, workers=[a], pure=False) for a in addresses]
     gpus = [f.result(timeout=setup_s) for f in probes]

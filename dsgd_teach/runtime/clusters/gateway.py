@@ -22,7 +22,7 @@ from typing import Any
 
 import dask
 
-from ..memory import MiB, WorkerMemoryError, min_worker_limit, worker_baseline
+from ...memory import MiB, WorkerMemoryError, min_worker_limit, worker_baseline
 
 GiB = 1024**3
 #: The gateway options the course sets when the gateway offers them (dask-gateway's documented names).

@@ -1,12 +1,15 @@
 """Getting the workers a run needs from whatever cluster the course was given, and placing ranks by host.
 
-`get_workers(client, n)` uses the workers that are there when there are enough; grows the cluster when the
-course started it or the user handed in a cluster object (LocalCluster, dask-jobqueue, dask-gateway,
-dask-kubernetes: anything with `scale`); otherwise it runs with what fits and says, in one line, what more
-workers would show. It never shrinks or kills workers of a deployment the course did not start.
-`require_workers(client, n, what)` is the rule for runs whose n ranks must all run at the same time (long-running
-rank tasks, one per dask worker): it refuses with a message saying how to get them. `ensure_workers(client, n)`
-first grows a cluster the course may scale (as get_workers does), then refuses as require_workers does.
+`get_workers(client, n, policy=...)` is the one way a run gets its workers; the policy says what to do when the
+cluster has fewer than n:
+- "fit" (the default, for runs that can show something with fewer): grow the cluster when the course started it
+  or the user handed in a cluster object (LocalCluster, dask-jobqueue, dask-gateway, dask-kubernetes: anything
+  with `scale`); otherwise run with what there is and say, in one line, what more workers would show;
+- "all" (n ranks that must all run at once, one long task per worker): grow as "fit" does, else refuse with a
+  message saying how to get them;
+- "present" (the same, on the workers already there): refuse without growing;
+- "this_host" (ranks sharing memory with this process): n workers on this machine, else refuse.
+It never shrinks or kills workers of a deployment the course did not start.
 """
 
 from __future__ import annotations
@@ -18,13 +21,15 @@ from typing import Any
 
 from distributed import Client
 
-from ..machine import MAX_WORKERS, check_n_workers, host_of, worker_addresses
-from ..memory import check_workers_memory
+from ...machine import MAX_WORKERS, check_n_workers, host_of, worker_addresses
+from ...memory import check_workers_memory
+
+POLICIES = ("fit", "all", "present", "this_host")
 
 
 @dataclass(frozen=True)
 class Workers:
-    """What a run may use: n of the wanted workers (n <= wanted), all connected addresses, and a one-line note."""
+    """What a run may use: n of the wanted workers (n <= wanted), the addresses it may use, and a one-line note."""
 
     n: int
     wanted: int
@@ -68,13 +73,23 @@ def scale_to(client: Client, cluster: Any, n: int, timeout: float) -> None:
         time.sleep(0.1)
 
 
-def get_workers(client: Client, n: int, why: str = "", *, timeout: float = 120.0) -> Workers:
-    """Workers for a run that wants n at once: use, grow, or run with what fits (see the module docstring)."""
+def get_workers(client: Client, n: int, why: str = "", *, policy: str = "fit", what: str = "this run",
+                instead: str = "", timeout: float = 120.0) -> Workers:
+    """Workers for a run that wants n at once, by policy (see the module docstring)."""
+    if policy not in POLICIES:
+        raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
     check_n_workers("n", n)
     check_workers_memory(client, what="this run cannot get its workers")
+    if policy == "this_host":
+        return _this_host(client, n)
     have = worker_addresses(client)
     if len(have) >= n:
         return Workers(n, n, tuple(have), f"using {n} of the cluster's {len(have)} worker(s)")
+    if policy == "present":
+        raise ValueError(
+            f"{what} needs {n} worker processes running at once (a dask worker runs one long rank task at a "
+            f"time) but the cluster has {len(have)}; call client.resize({n}) first" + (f", or {instead}" if instead else "")
+        )
     cluster = scalable_cluster(client)
     if cluster is not None:
         scale_to(client, cluster, n, timeout)
@@ -83,6 +98,12 @@ def get_workers(client: Client, n: int, why: str = "", *, timeout: float = 120.0
     k = len(have)
     if k == 0:
         raise RuntimeError("the cluster has no workers; start some (dask worker SCHEDULER_ADDRESS) and retry")
+    if policy == "all":
+        raise ValueError(
+            f"{what} needs {n} ranks running at the same time, one per worker, but the cluster has {k} "
+            f"worker(s) and cannot be scaled from here; start it with at least {n} workers"
+            + (f", or {instead}" if instead else "")
+        )
     shows = f" would show {why}" if why else " would run the full version of this cell"
     note = (f"this deployment has {k} worker(s) and is not the course's to scale: running with {k}; "
             f"{n}{shows}")
@@ -122,7 +143,7 @@ def alternate_from_end(addresses: list[str] | tuple[str, ...]) -> list[str]:
     return list(reversed(out))
 
 
-def one_host_workers(client: Client, n: int) -> list[str]:
+def _this_host(client: Client, n: int) -> Workers:
     """n workers on this process's host, for memory it shares with them; a clear error when it has fewer.
 
     The shared block is created here, in this machine's /dev/shm, so only workers on this machine can map it.
@@ -142,7 +163,7 @@ def one_host_workers(client: Client, n: int) -> list[str]:
             f"{n} ranks sharing memory need {n} workers on this machine (where the shared block lives), but "
             f"it has {len(here)} (workers by host: {counts}); {where}, or use backend='threads'"
         )
-    return here[:n]
+    return Workers(n, n, tuple(here[:n]), f"using {n} worker(s) on this machine")
 
 
 def rendezvous_host(addresses: list[str]) -> str:
@@ -157,26 +178,3 @@ def rendezvous_host(addresses: list[str]) -> str:
                 "start that worker with --host set to an address the other machines can reach"
             )
     return hosts[0]
-
-
-def require_workers(client: Client, n: int, what: str, instead: str = "") -> list[str]:
-    """The connected workers, refusing (ValueError) when fewer than the n ranks that must all run at once."""
-    check_workers_memory(client)
-    have = worker_addresses(client)
-    if len(have) < n:
-        raise ValueError(
-            f"{what} needs {n} worker processes running at once (a dask worker runs one long rank task at a "
-            f"time) but the cluster has {len(have)}; call client.resize({n}) first" + (f", or {instead}" if instead else "")
-        )
-    return have
-
-
-def ensure_workers(client: Client, n: int, what: str = "this run") -> list[str]:
-    """The connected workers once there are n (growing a cluster the course may scale); else a clear ValueError."""
-    got = get_workers(client, n)
-    if not got.enough:
-        raise ValueError(
-            f"{what} needs {n} ranks running at the same time, one per worker, but the cluster has {got.n} "
-            f"worker(s) and cannot be scaled from here; start it with at least {n} workers"
-        )
-    return worker_addresses(client)

@@ -1,10 +1,10 @@
-"""The course's worker settings for workers it did not start, applied through a dask WorkerPlugin.
+"""The course's worker settings, applied through one dask WorkerPlugin, `CourseSettings`.
 
-A cluster the course starts gets its settings when the processes spawn (see cluster.py). Workers of another
-deployment are already running, so `CourseSettings`, registered with `Client.register_plugin`, sets them in every
-worker, including ones that join later: torch's intra-op threads (cores of the worker's host shared between the
-workers on that host), glibc's malloc thresholds through mallopt (what cluster.WORKER_MALLOC sets by environment),
-and the imports the experiments need. Unregistering it (the client's close does) restores torch's thread count.
+Registered with `Client.register_plugin`, it sets them in every worker, including ones that join later: torch's
+intra-op threads (by host, or one count for all), and, for workers of a deployment the course did not start (whose
+processes are already running), glibc's malloc thresholds through mallopt (what cluster.WORKER_MALLOC sets by
+environment for the workers the course spawns) and the imports the experiments need. Unregistering it (the
+client's close does) restores torch's thread count.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 from distributed import Client
 from distributed.diagnostics.plugin import WorkerPlugin
 
-from ..machine import WORKER_MALLOC, cpu_count, host_of, machine_id
+from ...machine import WORKER_MALLOC, cpu_count, host_of, machine_id
 
 PLUGIN_NAME = "dsgd-course-settings"
 #: glibc mallopt parameter numbers (malloc.h).
@@ -39,13 +39,15 @@ def set_malloc(mmap_threshold: int, trim_threshold: int) -> bool:
 
 
 class CourseSettings(WorkerPlugin):
-    """Torch threads per worker (by host), malloc thresholds and imports, for workers the course did not start."""
+    """Torch threads per worker (by host, else `threads`), and where given malloc thresholds and imports."""
 
     idempotent = False
 
-    def __init__(self, threads_by_host: dict[str, int], malloc: dict[str, int], imports: tuple[str, ...] = IMPORTS):
-        self.threads_by_host = dict(threads_by_host)
-        self.malloc = dict(malloc)
+    def __init__(self, threads_by_host: dict[str, int] | None = None, malloc: dict[str, int] | None = None,
+                 imports: tuple[str, ...] = (), threads: int = 1) -> None:
+        self.threads_by_host = dict(threads_by_host or {})
+        self.threads = threads
+        self.malloc = dict(malloc or {})
         self.imports = tuple(imports)
         self._previous_threads: int | None = None
 
@@ -56,8 +58,9 @@ class CourseSettings(WorkerPlugin):
         import torch
 
         self._previous_threads = torch.get_num_threads()
-        torch.set_num_threads(self.threads_by_host.get(host_of(worker.address), 1))
-        set_malloc(self.malloc["MALLOC_MMAP_THRESHOLD_"], self.malloc["MALLOC_TRIM_THRESHOLD_"])
+        torch.set_num_threads(self.threads_by_host.get(host_of(worker.address), self.threads))
+        if self.malloc:
+            set_malloc(self.malloc["MALLOC_MMAP_THRESHOLD_"], self.malloc["MALLOC_TRIM_THRESHOLD_"])
 
     def teardown(self, worker: Any) -> None:  # dask's signature
         """Called when the plugin is unregistered or the worker closes: give torch its thread count back."""
@@ -75,7 +78,7 @@ def _machine_cores() -> tuple[str, int]:
 def threads_by_host(client: Client) -> dict[str, int]:
     """floor(cores of the machine / workers on that machine), at least 1, for every worker address's host.
 
-    Workers are counted per machine, not per address: emulated hosts (dsgd_teach.runtime.hosts) give each worker its own
+    Workers are counted per machine, not per address: emulated hosts (dsgd_teach.runtime.clusters.hosts) give each worker its own
     address on one machine, and giving each of them all the machine's cores oversubscribes it (measured: torch's
     spinning intra-op threads made each step of a ring allreduce over four such hosts several times slower).
     """
@@ -94,7 +97,7 @@ def threads_by_host(client: Client) -> dict[str, int]:
 def apply(client: Client) -> str:
     """Register CourseSettings on every current and future worker; returns a one-line description."""
     threads = threads_by_host(client)
-    client.register_plugin(CourseSettings(threads, WORKER_MALLOC), name=PLUGIN_NAME)
+    client.register_plugin(CourseSettings(threads, WORKER_MALLOC, IMPORTS), name=PLUGIN_NAME)
     shown = ", ".join(f"{h}: {t}" for h, t in sorted(threads.items()))
     return f"course worker settings applied (torch threads per worker by host: {shown or 'no workers yet'})"
 

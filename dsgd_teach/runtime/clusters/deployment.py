@@ -18,7 +18,7 @@ from typing import Any
 
 from distributed import Client
 
-from ..memory import plan_worker_memory
+from ...memory import plan_worker_memory
 
 #: dask's own command line, from this interpreter's environment (`dask scheduler`, `dask worker`).
 DASK_CLI = str(Path(sys.executable).with_name("dask"))
@@ -124,7 +124,7 @@ def fingerprint(address: str) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m dsgd_teach.runtime.deployment wait ADDRESS N` or `fingerprint ADDRESS` (prints JSON), e.g. on a host."""
+    """`python -m dsgd_teach.runtime.clusters.deployment wait ADDRESS N` or `fingerprint ADDRESS` (prints JSON), e.g. on a host."""
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["wait"] and len(args) == 3:
         wait_for_workers(args[1], int(args[2]))
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     if args[:1] == ["fingerprint"] and len(args) == 2:
         print(json.dumps(fingerprint(args[1]), sort_keys=True))
         return 0
-    print("usage: python -m dsgd_teach.runtime.deployment wait ADDRESS N | fingerprint ADDRESS", file=sys.stderr)
+    print("usage: python -m dsgd_teach.runtime.clusters.deployment wait ADDRESS N | fingerprint ADDRESS", file=sys.stderr)
     return 2
 
 

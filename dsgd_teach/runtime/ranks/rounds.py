@@ -11,7 +11,7 @@ from typing import Any
 
 from distributed import Client, Future
 
-from .cluster import worker_addresses
+from ..clusters.cluster import worker_addresses
 
 
 def collect(client: Client, futures: dict[int, Future], pinned: dict[int, str], timeout_s: float

@@ -13,7 +13,7 @@ from typing import Any, Protocol, TypeVar
 
 from distributed import Client
 
-from ..trace import TraceRecorder
+from ...trace import TraceRecorder
 from .group import plan_group, run_in_group
 from .live import RankInterrupted, WorkerLost
 

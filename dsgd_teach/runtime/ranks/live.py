@@ -19,33 +19,12 @@ from typing import Any
 import msgpack
 from distributed import Client, Event, Future, get_worker
 
-from ..memory import check_workers_memory, memory_error, paused_workers, scheduler_workers
-from ..trace import StopRequested, TraceRecorder
-from .cluster import worker_addresses
+from ...memory import check_workers_memory
+from ...trace import StopRequested, TraceRecorder
+from ..clusters.cluster import worker_addresses
+from .rank_watch import RankInterrupted, RankWatch, WorkerLost
 
-#: How long a rank's worker may stay paused, with the rank's task not started there, before the run gives up.
-PAUSE_GRACE_S = 2.0
-#: How long one fetch of a finished rank's result may take before the run checks that its worker is still alive.
-RESULT_WAIT_S = 5.0
-
-
-class WorkerLost(RuntimeError):
-    """A worker running part of an experiment died or left the cluster."""
-
-
-class RankInterrupted(RuntimeError):
-    """A rank gave up because a peer failed; `state` is what the run can resume from without it."""
-
-    def __init__(self, message: str, state: Any = None) -> None:
-        super().__init__(message, state)
-        self.state = state
-
-    def __str__(self) -> str:
-        return str(self.args[0])
-
-    def __repr__(self) -> str:
-        return f"RankInterrupted({self.args[0]!r}, {self.state!r})"
-
+__all__ = ["EventStream", "RankInterrupted", "WorkerContext", "WorkerLost", "pick_workers", "run_live"]
 
 @dataclass
 class WorkerContext:
@@ -172,58 +151,6 @@ def pick_workers(client: Client, world: int) -> list[str]:
     return chosen
 
 
-def _executing_keys(dask_worker: Any) -> list[str]:
-    """Keys of the tasks a worker is running right now (run on the worker through client.run)."""
-    return [str(ts.key) for ts in dask_worker.state.executing]
-
-
-def _starved_ranks(client: Client, futures: list[Future | None], addresses: list[str], pending: set[int],
-                   paused: list[str]) -> list[int]:
-    """Pending ranks queued on a paused worker that has not started their task (it never will while paused)."""
-    starved = []
-    for rank in sorted(pending):
-        fut = futures[rank]
-        if fut is None or addresses[rank] not in paused:
-            continue
-        running = client.run(_executing_keys, workers=[addresses[rank]]).get(addresses[rank], [])
-        if str(fut.key) not in running:
-            starved.append(rank)
-    return starved
-
-
-def _dead_rank(client: Client, addresses: list[str], ranks: set[int], grace_s: float = 2.0) -> int | None:
-    """The first of `ranks` whose worker has left the cluster, waiting up to grace_s for the scheduler to notice."""
-    deadline = time.monotonic() + grace_s
-    while True:
-        alive = set(worker_addresses(client))
-        gone = sorted(r for r in ranks if addresses[r] not in alive)
-        if gone or time.monotonic() > deadline:
-            return gone[0] if gone else None
-        time.sleep(0.1)
-
-
-#: What a rank's error says when it failed only because a peer's connection closed (the peer failed first).
-AFTER_A_PEER = ("Connection closed by peer", "Connection reset by peer")
-
-
-def first_cause(futures: list[Future | None], rank: int, exc: BaseException,
-                 wait_s: float = 2.0) -> tuple[int, BaseException]:
-    """The rank whose error caused the others': where `rank` only lost its connection to a peer, a peer's own error
-    (waited for up to wait_s), else rank's."""
-    if not any(text in str(exc) for text in AFTER_A_PEER):
-        return rank, exc
-    deadline = time.monotonic() + wait_s
-    while True:
-        for other, fut in enumerate(futures):
-            if other != rank and fut is not None and fut.done() and fut.status == "error":
-                cause = fut.exception()
-                if not any(text in str(cause) for text in AFTER_A_PEER):
-                    return other, cause
-        if time.monotonic() > deadline:
-            return rank, exc
-        time.sleep(0.05)
-
-
 def run_live(
     client: Client,
     fn: Callable[..., Any],
@@ -256,84 +183,25 @@ def run_live(
     stopped = False
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     with EventStream(client, topic) as stream:
-        futures: list[Future | None] = [
-            client.submit(
-                _run_rank,
-                fn,
-                WorkerContext(topic, stop_name, rank, world, recorder.t0),
-                *args,
-                key=f"{getattr(fn, '__name__', 'task')}-{run_id}-rank{rank}",
-                workers=[addresses[rank]],
-                allow_other_workers=False,
-                pure=False,
-                retries=0,
-            )
+        futures: list[Future | None] = [  # one long task per rank, pinned to its worker
+            client.submit(_run_rank, fn, WorkerContext(topic, stop_name, rank, world, recorder.t0), *args,
+                          key=f"{getattr(fn, '__name__', 'task')}-{run_id}-rank{rank}", workers=[addresses[rank]],
+                          allow_other_workers=False, pure=False, retries=0)
             for rank, args in enumerate(args_per_rank)
         ]
-        results: list[Any] = [None] * world
-        pending = set(range(world))
-        last_membership_check = 0.0
-        paused_since: float | None = None
+        watch = RankWatch(client, futures, addresses, recorder, on_worker_lost)
         try:
-            while pending:
+            while watch.pending:
                 try:
-                    recorder.extend(stream.drain())
-                except StopRequested:
+                    recorder.extend(stream.drain())  # the ranks' events into the trace (calls on_update)
+                except StopRequested:  # on_update asked to stop: the ranks finish their step and return
                     stopped = True
                     stop_event.set()
-                for rank in list(pending):
-                    fut = futures[rank]
-                    if fut is not None and fut.done():
-                        pending.discard(rank)
-                        if fut.status == "error":
-                            exc = fut.exception()
-                            interrupted = on_worker_lost == "drop" and isinstance(exc, RankInterrupted)
-                            dead = (_dead_rank(client, addresses, set(range(world)) - {rank})
-                                    if on_worker_lost == "raise" or interrupted else None)
-                            if interrupted and dead is not None:
-                                results[rank] = exc  # it stopped because a peer died: the caller may resume
-                                continue
-                            if dead is not None:  # a neighbour's death is the cause; the rank's error only follows it
-                                raise WorkerLost(
-                                    f"worker {addresses[dead]} running rank {dead} died; rank {rank} then failed: "
-                                    f"{type(exc).__name__}: {exc}"
-                                ) from exc
-                            first, cause = first_cause(futures, rank, exc)
-                            after = f" (rank {rank} then lost its connection to it)" if first != rank else ""
-                            raise RuntimeError(f"rank {first} on {addresses[first]} failed: {type(cause).__name__}: "
-                                               f"{cause}{after}") from cause
-                        try:
-                            results[rank] = fut.result(timeout=RESULT_WAIT_S)
-                        except TimeoutError:  # its worker died before the result was fetched: dask would wait
-                            pending.add(rank)  # forever for it; the membership check below drops it or raises
-                            last_membership_check = 0.0
-                now = time.monotonic()
-                if pending and now - last_membership_check > 0.5:
-                    last_membership_check = now
-                    workers = scheduler_workers(client)
-                    alive = set(workers)
-                    paused = paused_workers(workers, [addresses[r] for r in pending])
-                    paused_since = (paused_since or now) if paused else None
-                    if paused_since is not None and now - paused_since >= PAUSE_GRACE_S:
-                        starved = _starved_ranks(client, futures, addresses, pending, paused)
-                        if starved:
-                            raise memory_error(workers, sorted({addresses[r] for r in starved}),
-                                               getattr(client, "_owned_cluster", None) is not None,
-                                               f"rank(s) {starved} cannot start")
-                    for rank in sorted(pending):
-                        if addresses[rank] not in alive:
-                            pending.discard(rank)
-                            futures[rank].cancel()
-                            futures[rank] = None
-                            if on_worker_lost == "raise":
-                                raise WorkerLost(
-                                    f"worker {addresses[rank]} running rank {rank} died; the run cannot go on "
-                                    "without it (see the trace for what it had done)"
-                                )
-                            recorder.record(worker=rank, event="worker_lost")
-                if deadline is not None and now > deadline:
+                watch.collect_finished()  # results of the ranks that finished; a failed rank's cause raised
+                watch.watch_workers()  # ranks whose worker died or is kept paused by its memory monitor
+                if deadline is not None and time.monotonic() > deadline:
                     raise TimeoutError(f"run did not finish within {timeout_s:.0f} s")
-                if pending:
+                if watch.pending:
                     time.sleep(poll_s)
             stream.wait_finished({r for r in range(world) if futures[r] is not None}, timeout_s=10.0)
             recorder.extend(stream.drain())
@@ -344,4 +212,4 @@ def run_live(
                 if fut is not None and not fut.done():
                     fut.cancel()
             stop_event.set()
-    return results, stopped
+    return watch.results, stopped

@@ -31,11 +31,11 @@ import dask
 METHOD_KEY = "distributed.worker.multiprocessing-method"
 #: Modules the server imports once for every worker it forks: a dask worker's own, torch, and the course's
 #: runtime that every experiment's tasks run in (one that cannot be imported is skipped by multiprocessing).
-PRELOAD = ("distributed", "numpy", "pandas", "torch", "dsgd_teach.runtime.live")
+PRELOAD = ("distributed", "numpy", "pandas", "torch", "dsgd_teach.runtime.ranks.live")
 #: dask's setting for modules each worker loads as it starts (their dask_setup and dask_teardown hooks run in it).
 WORKER_PRELOAD_KEY = "distributed.worker.preload"
 #: What each worker the course starts loads: a close that lets its last heartbeat finish first (worker_close.py).
-WORKER_PRELOAD = "dsgd_teach.runtime.worker_close"
+WORKER_PRELOAD = "dsgd_teach.runtime.clusters.worker_close"
 
 
 def start_method() -> str:
