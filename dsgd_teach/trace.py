@@ -123,3 +123,14 @@ class Result(Generic[Extras]):
         metrics = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in self.summary.items())
         flag = " (stopped early)" if self.stopped else ""
         return f"Result({type(self.config).__name__}, {len(self.trace)} events{flag}: {metrics})"
+
+
+def stat(values: pd.Series, how: str = "median") -> float:
+    """A summary figure of a trace column: its median, max, min, first or last value as a float; nan when empty."""
+    if how not in ("median", "max", "min", "first", "last"):
+        raise ValueError(f"how must be one of median, max, min, first, last; got {how!r}")
+    if not len(values):
+        return float("nan")
+    if how in ("first", "last"):
+        return float(values.iloc[0 if how == "first" else -1])
+    return float(getattr(values, how)())

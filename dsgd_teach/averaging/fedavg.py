@@ -23,7 +23,7 @@ from ..problem import ProblemSpec, get_problem
 from ..runtime.clusters.cluster import worker_addresses
 from ..runtime.ranks.rounds import collect
 from ..sampling import batch_indices
-from ..trace import OnUpdate, Result, StopRequested, TraceRecorder
+from ..trace import OnUpdate, Result, StopRequested, TraceRecorder, stat
 from .config import FedAvgConfig
 from .partitions import client_rows
 
@@ -141,8 +141,8 @@ def summarise(trace: pd.DataFrame, wall_s: float) -> dict[str, float]:
         "rounds": len(updates),
         "bytes_sent": int(updates.bytes_sent.sum()),
         "clients_lost": int((trace.event == "client_lost").sum()),
-        "final_train_loss": float(evals.train_loss.iloc[-1]) if len(evals) else float("nan"),
-        "final_test_accuracy": float(evals.test_accuracy.iloc[-1]) if len(evals) else float("nan"),
+        "final_train_loss": stat(evals.train_loss, "last"),
+        "final_test_accuracy": stat(evals.test_accuracy, "last"),
     }
 
 
@@ -157,4 +157,4 @@ def rounds_to_accuracy(result: Result, target: float) -> float:
     """First round (counted from 1) whose evaluation reaches target test accuracy; NaN if none did."""
     curve = fed_curve(result.trace)
     hit = curve[curve.test_accuracy >= target]
-    return float(hit.rounds.iloc[0]) if len(hit) else float("nan")
+    return stat(hit.rounds, "first")

@@ -21,8 +21,7 @@ def _busbw(world: int, client: Any, repeats: int, rounds: int) -> dict[str, Any]
     """Median bus bandwidth (GB/s) of ring and library at NBYTES over `world` ranks, interleaved `rounds` times."""
     k = NBYTES // 4
     plan = Plan(jobs=(("ring", k), ("library", k)) * rounds, repeats=repeats, warmup=1, seed=0)
-    spec, _, recorder, _ = run_session(client, world, plan, device="auto", timeout_s=60, run_timeout_s=300)
-    trace = recorder.frame()
+    spec, _, trace, _ = run_session(client, world, plan, device="auto", timeout_s=60, run_timeout_s=300)
     timed = trace[(trace.event == "allreduce") & (trace.worker == 0)]
     out = {"backend": spec.backend}
     for algorithm in ("ring", "library"):

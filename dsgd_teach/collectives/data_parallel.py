@@ -19,10 +19,11 @@ from ..config import check_choice, check_int, check_timeout
 from ..models import loss_and_grad
 from ..problem import TrainingConfig, get_problem
 from ..runtime.ranks.comm import Comm
-from ..runtime.ranks.group import DEVICES, plan_group, run_in_group
+from ..runtime.ranks.group import DEVICES
+from ..runtime.ranks.group_run import run_group
 from ..runtime.ranks.live import WorkerContext
 from ..sampling import batch_indices
-from ..trace import OnUpdate, Result, TraceRecorder
+from ..trace import OnUpdate, Result, stat
 from .algorithms import check_algorithm, get_allreduce
 
 
@@ -79,24 +80,20 @@ def _sgd_rank(ctx: WorkerContext, comm: Comm, config: AllreduceSGDConfig) -> np.
 
 def run_allreduce_sgd(config: AllreduceSGDConfig, client: Client, on_update: OnUpdate | None = None) -> Result:
     """Data-parallel SGD with gradients averaged by config.allreduce; final params are rank 0's."""
-    t0 = time.perf_counter()
-    recorder = TraceRecorder(on_update)
-    spec = plan_group(client, config.workers, config.device, config.timeout_s)
-    params, stopped = run_in_group(client, spec, _sgd_rank, [(config,)] * config.workers, recorder,
-                                   config.run_timeout_s)
-    trace = recorder.frame()
+    run = run_group(client, config.workers, _sgd_rank, (config,), on_update, device=config.device,
+                    timeout_s=config.timeout_s, run_timeout_s=config.run_timeout_s)
+    trace, done = run.trace, run.done
     updates = trace[trace.event == "update"]
-    stopped = stopped or len(updates) < config.steps
+    stopped = run.stopped or len(updates) < config.steps
     evals = trace[trace.event == "eval"]
     comm = trace[trace.event == "allreduce"]
-    done = [p for p in params if p is not None]
     summary = {
-        "wall_s": time.perf_counter() - t0,
+        "wall_s": run.wall_s,
         "steps": len(updates),
-        "backend": spec.backend,
-        "final_train_loss": float(evals.train_loss.iloc[-1]) if len(evals) else float("nan"),
-        "final_test_accuracy": float(evals.test_accuracy.iloc[-1]) if len(evals) else float("nan"),
-        "median_comm_ms": float(comm.comm_s.median() * 1e3) if len(comm) else float("nan"),
+        "backend": run.spec.backend,
+        "final_train_loss": stat(evals.train_loss, "last"),
+        "final_test_accuracy": stat(evals.test_accuracy, "last"),
+        "median_comm_ms": stat(comm.comm_s) * 1e3,
         "max_rank_divergence": float(max(np.max(np.abs(p - done[0]), initial=0.0) for p in done)) if done else 0.0,
     }
     return Result(config, trace, summary, done[0] if done else None, stopped)

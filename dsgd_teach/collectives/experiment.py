@@ -15,8 +15,9 @@ import pandas as pd
 from distributed import Client
 
 from ..config import Config, check_choice, check_int, check_seed, check_timeout
-from ..runtime.ranks.group import DEVICES, GroupSpec, group_hosts, plan_group, run_in_group
-from ..trace import OnUpdate, Result, TraceRecorder
+from ..runtime.ranks.group import DEVICES, GroupSpec, group_hosts
+from ..runtime.ranks.group_run import run_group
+from ..trace import OnUpdate, Result, stat
 from .algorithms import ALGORITHMS, HAND_WRITTEN, check_algorithm, resolve
 from .cost_model import AlphaBeta, bus_bandwidth, fit_alpha_beta, predict_seconds
 from .session import Plan, rank_input, run_plan
@@ -101,13 +102,12 @@ class SweepConfig(Config):
 def run_session(
     client: Client, world: int, plan: Plan, *, device: str, timeout_s: float, run_timeout_s: float,
     on_update: OnUpdate | None = None,
-) -> tuple[GroupSpec, list[dict[str, Any]], TraceRecorder, bool]:
-    """Form a group of `world` ranks, run the plan on every rank, and return (spec, per-rank results, recorder, stopped)."""
-    recorder = TraceRecorder(on_update)
-    spec = plan_group(client, world, device, timeout_s)
-    results, stopped = run_in_group(client, spec, run_plan, [(plan,)] * world, recorder, run_timeout_s)
-    stopped = stopped or any(r is not None and r["stopped"] for r in results)
-    return spec, results, recorder, stopped
+) -> tuple[GroupSpec, list[dict[str, Any]], pd.DataFrame, bool]:
+    """Form a group of `world` ranks, run the plan on every rank, and return (spec, per-rank results, trace, stopped)."""
+    run = run_group(client, world, run_plan, (plan,), on_update, device=device, timeout_s=timeout_s,
+                    run_timeout_s=run_timeout_s)
+    stopped = run.stopped or any(r["stopped"] for r in run.done)
+    return run.spec, run.outs, run.trace, stopped
 
 
 def expected_sum(seed: int, world: int, k: int) -> np.ndarray:
@@ -127,17 +127,16 @@ def run_allreduce(config: AllreduceConfig, client: Client, on_update: OnUpdate |
     t0 = time.perf_counter()
     plan = Plan(jobs=((config.algorithm, config.elements),), repeats=config.repeats, warmup=config.warmup,
                 seed=config.seed, emit_messages=True, return_outputs=True)
-    spec, results, recorder, stopped = run_session(
+    spec, results, trace, stopped = run_session(
         client, config.workers, plan, device=config.device, timeout_s=config.timeout_s,
         run_timeout_s=config.run_timeout_s, on_update=on_update,
     )
-    trace = recorder.frame()
     outputs = [r["outputs"].get((config.algorithm, config.elements)) for r in results if r is not None]
     truth = expected_sum(config.seed, config.workers, config.elements)
     errors = [float(np.max(np.abs(o - truth), initial=0.0)) for o in outputs if o is not None]
     timed = trace[(trace.event == "allreduce") & (trace.worker == 0)]
     nbytes = config.elements * 4
-    median_s = float(timed.slowest_seconds.median()) if len(timed) else float("nan")
+    median_s = stat(timed.slowest_seconds)
     sent = messages_frame(results)
     sent = sent[sent.direction == "send"] if len(sent) else sent
     summary = {
@@ -171,11 +170,10 @@ def run_sweep(config: SweepConfig, client: Client, on_update: OnUpdate | None = 
     ping_sizes = tuple(2**j for j in range(config.min_log2_bytes, max(config.max_log2_bytes, 20) + 1, 2))
     plan = Plan(jobs=tuple((a, b // 4) for a in config.algorithm_list for b in sizes), repeats=config.repeats,
                 warmup=1, seed=config.seed, pingpong_sizes=ping_sizes, pingpong_repeats=config.pingpong_repeats)
-    spec, results, recorder, stopped = run_session(
+    spec, results, trace, stopped = run_session(
         client, config.workers, plan, device=config.device, timeout_s=config.timeout_s,
         run_timeout_s=config.run_timeout_s, on_update=on_update,
     )
-    trace = recorder.frame()
     ping = results[0]["pingpong"] if results and results[0] else []
     summary: dict[str, Any] = {"wall_s": time.perf_counter() - t0, "world": config.workers, "backend": spec.backend,
                                "hosts": group_hosts(spec)}

@@ -86,11 +86,10 @@ def measure_inside(address: str, worlds: tuple[int, ...], mib: float, repeats: i
         for world in worlds:
             plan = Plan(jobs=tuple((a, k) for a in ALGORITHMS), repeats=repeats, warmup=1, seed=0,
                         pingpong_sizes=tuple(pingpong_sizes), pingpong_repeats=pingpong_repeats)
-            spec, results, recorder, _ = run_session(client, world, plan, device="cpu", timeout_s=120,
+            spec, results, trace, _ = run_session(client, world, plan, device="cpu", timeout_s=120,
                                                      run_timeout_s=run_timeout_s)
             ping = results[0]["pingpong"]
             model = fit_alpha_beta(np.array([q[0] for q in ping]), np.array([q[1] for q in ping]))
-            trace = recorder.frame()
             timed = trace[(trace.event == "allreduce") & (trace.worker == 0)]
             per_world.append({
                 "N": world, "hosts": group_hosts(spec), "pingpong": [[int(b), float(t)] for b, t in ping],

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,9 +12,10 @@ from distributed import Client
 from torch import nn
 
 from ..config import Config, check_bool, check_choice, check_float, check_int, check_seed, check_timeout
-from ..runtime.ranks.group import DEVICES, plan_group, run_in_group
+from ..runtime.ranks.group import DEVICES
+from ..runtime.ranks.group_run import run_group
 from ..sampling import batch_indices
-from ..trace import OnUpdate, Result, TraceRecorder
+from ..trace import OnUpdate, Result, stat
 from .decoupled import decoupled_rank
 from .rank_loop import pipeline_rank
 from .rank_support import training_data
@@ -205,18 +205,16 @@ def _waiting(trace: pd.DataFrame, work: pd.DataFrame) -> pd.Series:
 
 def run_pipeline(config: PipelineConfig, client: Client, on_update: OnUpdate | None = None) -> Result:
     """Train with config.schedule on config.stages workers; params are the stages' parameters joined in order."""
-    t0 = time.perf_counter()
-    recorder = TraceRecorder(on_update)
     world = config.stages * config.replicas
+    rank_fn = decoupled_rank if config.schedule == "decoupled" and config.gradient_delay > 0 else pipeline_rank
     # joining the group may take the ranks longer than one message on a busy machine (one rank's task starts
     # late): it gets JOIN_TIMEOUT_S at least, while every wait of the training itself keeps config.timeout_s
-    spec = plan_group(client, world, config.device, max(config.timeout_s, JOIN_TIMEOUT_S), pin_cores=config.pin_stages)
-    rank_fn = decoupled_rank if config.schedule == "decoupled" and config.gradient_delay > 0 else pipeline_rank
-    outs, stopped = run_in_group(client, spec, rank_fn, [(config,)] * world, recorder, config.run_timeout_s)
-    trace = recorder.frame()
-    every = [o for o in outs if o is not None]
+    run = run_group(client, world, rank_fn, (config,), on_update, device=config.device,
+                    timeout_s=max(config.timeout_s, JOIN_TIMEOUT_S), run_timeout_s=config.run_timeout_s,
+                    pin_cores=config.pin_stages)
+    trace, spec, every = run.trace, run.spec, run.done
     done = [o for o in every if o["replica"] == 0]
-    stopped = stopped or any(o["stopped"] for o in done)
+    stopped = run.stopped or any(o["stopped"] for o in done)
     updates = trace[trace.event == "update"].sort_values("step")
     bubble = measured_bubble(trace)
     steady = bubble[bubble.step > 0] if len(bubble) > 1 else bubble  # step 0 pays for warming up
@@ -226,16 +224,16 @@ def run_pipeline(config: PipelineConfig, client: Client, on_update: OnUpdate | N
              if len(work) else 2.0)
     summary: dict[str, Any] = {
         "mode": config.mode,
-        "wall_s": time.perf_counter() - t0,
+        "wall_s": run.wall_s,
         "steps": len(updates),
         "backend": spec.backend,
         "port": spec.port,
         "cores": list(spec.cores),
-        "final_loss": float(updates.loss.iloc[-1]) if len(updates) else float("nan"),
-        "median_step_s": float(steady.span_s.median()) if len(steady) else float("nan"),
-        "bubble": float(steady.bubble.median()) if len(steady) else float("nan"),
-        "bubble_busiest_stage": float(steady.bubble_busiest.median()) if len(steady) else float("nan"),
-        "bubble_waiting": float(steady.waiting.median()) if len(steady) else float("nan"),
+        "final_loss": stat(updates.loss, "last"),
+        "median_step_s": stat(steady.span_s),
+        "bubble": stat(steady.bubble),
+        "bubble_busiest_stage": stat(steady.bubble_busiest),
+        "bubble_waiting": stat(steady.waiting),
         "ideal_bubble": ideal_bubble(config.stages, config.microbatches, schedule, ratio),
         "max_held": int(max((o["peak_held"] for o in done), default=0)),
         "max_replica_divergence": max((float(np.max(np.abs(o["params"] - done[o["stage"]]["params"]), initial=0.0))

@@ -17,7 +17,7 @@ from ..models import loss_and_grad
 from ..problem import ProblemSpec, get_problem
 from ..runtime.ranks.live import pick_workers
 from ..sampling import batch_indices
-from ..trace import OnUpdate, Result, StopRequested, TraceRecorder
+from ..trace import OnUpdate, Result, StopRequested, TraceRecorder, stat
 from .sequential import SGDConfig
 
 
@@ -93,7 +93,7 @@ def run_data_parallel(config: DataParallelConfig, client: Client, on_update: OnU
         "wall_s": time.perf_counter() - t_run,
         "steps": len(step_times),
         "median_step_ms": float(np.median(step_times) * 1e3) if step_times else float("nan"),
-        "final_train_loss": float(evals.train_loss.iloc[-1]) if len(evals) else float("nan"),
-        "final_test_accuracy": float(evals.test_accuracy.iloc[-1]) if len(evals) else float("nan"),
+        "final_train_loss": stat(evals.train_loss, "last"),
+        "final_test_accuracy": stat(evals.test_accuracy, "last"),
     }
     return Result(config, trace, summary, w, stopped)

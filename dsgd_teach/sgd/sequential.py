@@ -13,7 +13,7 @@ from ..models import loss_and_grad
 from ..problem import ProblemSpec, TrainingConfig, get_problem
 from ..runtime.ranks.live import WorkerContext, run_live
 from ..sampling import batch_indices
-from ..trace import OnUpdate, Result, TraceRecorder
+from ..trace import OnUpdate, Result, TraceRecorder, stat
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,7 @@ def run_sgd(config: SGDConfig, client: Client, on_update: OnUpdate | None = None
     summary = {
         "wall_s": time.perf_counter() - t,
         "steps": int((trace.event == "update").sum()),
-        "final_train_loss": float(evals.train_loss.iloc[-1]) if len(evals) else float("nan"),
-        "final_test_accuracy": float(evals.test_accuracy.iloc[-1]) if len(evals) else float("nan"),
+        "final_train_loss": stat(evals.train_loss, "last"),
+        "final_test_accuracy": stat(evals.test_accuracy, "last"),
     }
     return Result(config, trace, summary, params, stopped)

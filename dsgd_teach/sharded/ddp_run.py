@@ -20,9 +20,10 @@ from distributed import Client
 
 from ..config import Config, check_bool, check_choice, check_float, check_int, check_seed, check_timeout
 from ..runtime.ranks.comm import Comm
-from ..runtime.ranks.group import DEVICES, plan_group, run_in_group
+from ..runtime.ranks.group import DEVICES
+from ..runtime.ranks.group_run import run_group
 from ..runtime.ranks.live import WorkerContext
-from ..trace import OnUpdate, Result, TraceRecorder
+from ..trace import OnUpdate, Result, stat
 from .ddp import OverlappedDDP
 from .toy import batch, flat_params, make_mlp, n_params
 
@@ -174,30 +175,27 @@ def ddp_rank(ctx: WorkerContext, comm: Comm, config: DDPConfig) -> dict[str, np.
 
 def run_ddp(config: DDPConfig, client: Client, on_update: OnUpdate | None = None) -> Result:
     """Overlapped bucketed DDP on config.workers ranks; final params are rank 0's."""
-    t0 = time.perf_counter()
-    recorder = TraceRecorder(on_update)
-    spec = plan_group(client, config.workers, config.device, config.timeout_s)
-    outs, stopped = run_in_group(client, spec, ddp_rank, [(config,)] * config.workers, recorder, config.run_timeout_s)
-    trace = recorder.frame()
-    done = [o for o in outs if o is not None]
+    run = run_group(client, config.workers, ddp_rank, (config,), on_update, device=config.device,
+                    timeout_s=config.timeout_s, run_timeout_s=config.run_timeout_s)
+    trace, done = run.trace, run.done
     ups = trace[trace.event == "update"]
     psi = n_params(make_mlp(config.width, config.depth, seed=config.seed))
     summary = {
-        "wall_s": time.perf_counter() - t0, "backend": spec.backend, "params": psi,
+        "wall_s": run.wall_s, "backend": run.spec.backend, "params": psi,
         "steps": int(ups.step.nunique()) if len(ups) else 0,
-        "median_step_ms": float(ups.step_s.median() * 1e3) if len(ups) else float("nan"),
-        "bytes_per_step": float(ups.bytes_sent.median()) if len(ups) else float("nan"),
-        "final_loss": float(ups[ups.worker == 0].loss.iloc[-1]) if len(ups) else float("nan"),
+        "median_step_ms": stat(ups.step_s) * 1e3,
+        "bytes_per_step": stat(ups.bytes_sent),
+        "final_loss": stat(ups[ups.worker == 0].loss, "last"),
         "max_rank_divergence": float(max(np.abs(o["params"] - done[0]["params"]).max() for o in done)) if done else 0.0,
     }
     if config.compare_torch and done:
         ref = trace[trace.event == "torch_ddp"]
-        summary["torch_median_step_ms"] = float(ref.step_s.median() * 1e3) if len(ref) else float("nan")
+        summary["torch_median_step_ms"] = stat(ref.step_s) * 1e3
         summary["max_diff_vs_torch_ddp"] = float(max(np.abs(o["params"] - o["torch_params"]).max() for o in done))
     if config.compare_back_to_back:
         b2b = trace[trace.event == "back_to_back"]
-        summary["back_to_back_median_step_ms"] = float(b2b.step_s.median() * 1e3) if len(b2b) else float("nan")
+        summary["back_to_back_median_step_ms"] = stat(b2b.step_s) * 1e3
         if done:
             summary["max_diff_vs_back_to_back"] = float(max(
                 np.abs(o["params"] - o["back_to_back_params"]).max() for o in done))
-    return Result(config, trace, summary, done[0]["params"] if done else None, stopped)
+    return Result(config, trace, summary, done[0]["params"] if done else None, run.stopped)

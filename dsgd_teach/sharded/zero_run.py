@@ -18,9 +18,10 @@ from distributed import Client
 
 from ..config import Config, check_choice, check_float, check_int, check_seed, check_timeout
 from ..runtime.ranks.comm import Comm
-from ..runtime.ranks.group import DEVICES, plan_group, run_in_group
+from ..runtime.ranks.group import DEVICES
+from ..runtime.ranks.group_run import run_group
 from ..runtime.ranks.live import WorkerContext
-from ..trace import OnUpdate, Result, TraceRecorder
+from ..trace import OnUpdate, Result, stat
 from .toy import batch, flat_params, make_mlp
 from .zero import DTYPES, LossScaler, ZeroAdam, activation_meter, traffic_formula
 
@@ -177,32 +178,28 @@ def _train(ctx: WorkerContext, comm: Comm, config: ZeroConfig, model: torch.nn.M
 
 def run_zero(config: ZeroConfig, client: Client, on_update: OnUpdate | None = None) -> Result:
     """ZeRO-`stage` Adam on config.workers ranks; final params are rank 0's (all ranks hold the same)."""
-    t0 = time.perf_counter()
-    recorder = TraceRecorder(on_update)
-    spec = plan_group(client, config.workers, config.device, config.timeout_s)
-    outs, stopped = run_in_group(client, spec, zero_rank, [(config,)] * config.workers, recorder, config.run_timeout_s)
-    trace = recorder.frame()
-    done = [o for o in outs if o is not None]
+    run = run_group(client, config.workers, zero_rank, (config,), on_update, device=config.device,
+                    timeout_s=config.timeout_s, run_timeout_s=config.run_timeout_s)
+    trace, done = run.trace, run.done
     ups = trace[trace.event == "update"]
     last = ups[ups.step == ups.step.max()] if len(ups) else ups
     summary = {
-        "wall_s": time.perf_counter() - t0, "backend": spec.backend,
+        "wall_s": run.wall_s, "backend": run.spec.backend,
         "psi": int(last.psi.iloc[0]) if len(last) else 0,
-        "final_loss": float(last[last.worker == 0].loss.iloc[0]) if len(last) else float("nan"),
-        "held_bytes": float(last.held_total.max()) if len(last) else float("nan"),
-        "formula_bytes": float(last.formula_total.max()) if len(last) else float("nan"),
-        "peak_bytes": float(last.peak_bytes.max()) if len(last) else float("nan"),
-        "activation_bytes": float(last.activation_bytes.max()) if len(last) else float("nan"),
+        "final_loss": stat(last[last.worker == 0].loss, "first"),
+        "held_bytes": stat(last.held_total, "max"),
+        "formula_bytes": stat(last.formula_total, "max"),
+        "peak_bytes": stat(last.peak_bytes, "max"),
+        "activation_bytes": stat(last.activation_bytes, "max"),
         # per-rank memory with the activations: measured states + measured activations against formula + the same
-        "held_with_activations_bytes": float((last.held_total + last.activation_bytes).max()) if len(last) else float("nan"),
-        "formula_with_activations_bytes": float((last.formula_total + last.activation_bytes).max())
-        if len(last) else float("nan"),
-        "peak_with_activations_bytes": float((last.peak_bytes + last.activation_bytes).max()) if len(last) else float("nan"),
-        "elements_sent": float(last.elements_sent.max()) if len(last) else float("nan"),
-        "elements_formula": float(last.elements_formula.max()) if len(last) else float("nan"),
+        "held_with_activations_bytes": stat(last.held_total + last.activation_bytes, "max"),
+        "formula_with_activations_bytes": stat(last.formula_total + last.activation_bytes, "max"),
+        "peak_with_activations_bytes": stat(last.peak_bytes + last.activation_bytes, "max"),
+        "elements_sent": stat(last.elements_sent, "max"),
+        "elements_formula": stat(last.elements_formula, "max"),
         "skipped_steps": int((~ups[ups.worker == 0].applied.astype(bool)).sum()) if len(ups) else 0,
-        "median_step_ms": float(ups.step_s.median() * 1e3) if len(ups) else float("nan"),
+        "median_step_ms": stat(ups.step_s) * 1e3,
     }
     if config.compare != "none" and done:
         summary["max_diff_vs_oracle"] = float(max(np.abs(o["params"] - o["oracle"]).max() for o in done))
-    return Result(config, trace, summary, done[0]["params"] if done else None, stopped)
+    return Result(config, trace, summary, done[0]["params"] if done else None, run.stopped)

@@ -11,7 +11,7 @@ import numpy as np
 from ..config import check_choice, check_float, check_int
 from ..machine import MAX_WORKERS
 from ..problem import Problem, TrainingConfig
-from ..trace import OnUpdate, TraceRecorder
+from ..trace import OnUpdate, TraceRecorder, stat
 from .delays import STRAGGLER_MODELS, DelayModel, frozen_script, validate_script
 
 
@@ -76,8 +76,8 @@ def summarize(trace: Any, t_start: float, extra: dict[str, float]) -> dict[str, 
     evals = trace[trace.event == "eval"]
     return {
         "wall_s": time.perf_counter() - t_start,
-        "final_train_loss": float(evals.train_loss.iloc[-1]) if len(evals) else float("nan"),
-        "final_test_accuracy": float(evals.test_accuracy.iloc[-1]) if len(evals) else float("nan"),
+        "final_train_loss": stat(evals.train_loss, "last"),
+        "final_test_accuracy": stat(evals.test_accuracy, "last"),
         "injected_delay_s": float(trace.injected_delay.sum()) if len(trace) else 0.0,
         **extra,
     }

@@ -19,9 +19,10 @@ from distributed import Client
 from ..collectives.algorithms import ALGORITHMS, chunk_offsets
 from ..config import Config, check_choice, check_int, check_seed, check_timeout
 from ..runtime.ranks.comm import Comm
-from ..runtime.ranks.group import DEVICES, plan_group, run_in_group
+from ..runtime.ranks.group import DEVICES
+from ..runtime.ranks.group_run import run_group
 from ..runtime.ranks.live import WorkerContext
-from ..trace import OnUpdate, Result, TraceRecorder
+from ..trace import OnUpdate, Result
 
 
 @dataclass(frozen=True)
@@ -135,11 +136,9 @@ def _tp_rank(ctx: WorkerContext, comm: Comm, config: TensorParallelConfig) -> di
 
 def run_tensor_parallel(config: TensorParallelConfig, client: Client, on_update: OnUpdate | None = None) -> Result:
     """Run the split block on config.workers ranks; summary holds the largest error against the dense block."""
-    t0 = time.perf_counter()
-    recorder = TraceRecorder(on_update)
-    spec = plan_group(client, config.workers, config.device, config.timeout_s)
-    outs, stopped = run_in_group(client, spec, _tp_rank, [(config,)] * config.workers, recorder,
-                                 config.run_timeout_s)
+    run = run_group(client, config.workers, _tp_rank, (config,), on_update, device=config.device,
+                    timeout_s=config.timeout_s, run_timeout_s=config.run_timeout_s)
+    outs = run.outs
     dense = dense_block(config)
     errors = {k: 0.0 for k in dense}
     for r, out in enumerate(outs):
@@ -147,10 +146,10 @@ def run_tensor_parallel(config: TensorParallelConfig, client: Client, on_update:
         want = {"Y": dense["Y"], "dX": dense["dX"], "dA": dense["dA"][:, cols], "dB": dense["dB"][cols, :]}
         for k, v in want.items():
             errors[k] = max(errors[k], float(np.max(np.abs(out[k] - v), initial=0.0)))
-    trace = recorder.frame()
-    summary: dict[str, Any] = {"wall_s": time.perf_counter() - t0, "backend": spec.backend,
+    trace = run.trace
+    summary: dict[str, Any] = {"wall_s": run.wall_s, "backend": run.spec.backend,
                                **{f"max_error_{k}": v for k, v in errors.items()}}
     for event in ("forward", "backward"):
         rows = trace[trace.event == event]
         summary[f"{event}_bytes_per_rank"] = float(rows.bytes_sent.max()) if len(rows) else 0.0
-    return Result(config, trace, summary, None, stopped, TensorParallelExtras(outs))
+    return Result(config, trace, summary, None, run.stopped, TensorParallelExtras(outs))

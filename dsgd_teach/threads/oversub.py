@@ -14,7 +14,7 @@ from distributed import Client
 
 from ..config import Config, check_int
 from ..runtime.clusters.cluster import threads_per_worker_process
-from ..trace import OnUpdate, Result
+from ..trace import OnUpdate, Result, stat
 from .common import check_common, check_memory, check_optional_count, counts, job, per_config, run_jobs, suite
 from .fresh import worker_cores
 
@@ -51,7 +51,7 @@ def oversub_table(trace: pd.DataFrame, cores: int) -> pd.DataFrame:
         return table.assign(total_threads=[], slowdown=[], throughput=[], ideal=[], oversubscribed=[], rule=[])
     table = table.rename(columns={"intra_threads": "threads"})
     lone = table[(table.processes == 1) & (table.threads == 1)].seconds
-    t11 = float(lone.iloc[0]) if len(lone) else float("nan")
+    t11 = stat(lone, "first")
     table["total_threads"] = table.processes * table.threads
     table["slowdown"] = table.seconds / t11
     table["throughput"] = table.processes * t11 / table.seconds

@@ -30,9 +30,9 @@ from ..config import Config, check_bool, check_float, check_int, check_seed, che
 from ..pipeline.engine import own_group
 from ..pipeline.rank_support import StopVote
 from ..runtime.ranks.comm import Comm, wait_for
-from ..runtime.ranks.group import plan_group, run_in_group
+from ..runtime.ranks.group_run import run_group
 from ..runtime.ranks.live import WorkerContext
-from ..trace import OnUpdate, Result, TraceRecorder
+from ..trace import OnUpdate, Result, stat
 from .corpus import batch_at, make_corpus
 from .experts import aux_loss_of
 from .mesh import AXES, Layout, Mesh, join_mesh
@@ -256,24 +256,22 @@ def oracle_run(config: ComposedConfig) -> tuple[list[float], torch.nn.Module]:
 def run_composed(config: ComposedConfig, client: Client, on_update: OnUpdate | None = None) -> Result:
     """Train config's layout on the cluster; the trace has one "update" event per rank and step (loss on the last
     stage's ranks, step_s, bytes_dp ... bytes_ep sent on each axis, activation_bytes and state_bytes held)."""
-    t0 = time.perf_counter()
-    recorder = TraceRecorder(on_update)
     world = config.layout.world
-    spec = plan_group(client, world, "cpu", config.timeout_s)
-    outs, stopped = run_in_group(client, spec, composed_rank, [(config,)] * world, recorder, config.run_timeout_s)
-    trace = recorder.frame()
+    run = run_group(client, world, composed_rank, (config,), on_update, timeout_s=config.timeout_s,
+                    run_timeout_s=config.run_timeout_s)
+    trace = run.trace
     ups = trace[trace.event == "update"]
     losses = ups.dropna(subset=["loss"]).groupby("step").loss.first()
     summary = {
-        "wall_s": time.perf_counter() - t0, "ranks": world,
+        "wall_s": run.wall_s, "ranks": world,
         "steps": int(ups.step.nunique()) if len(ups) else 0,
-        "final_loss": float(losses.iloc[-1]) if len(losses) else float("nan"),
-        "median_step_ms": float(ups.step_s.median() * 1e3) if len(ups) else float("nan"),
+        "final_loss": stat(losses, "last"),
+        "median_step_ms": stat(ups.step_s) * 1e3,
     }
     for axis in AXES:
-        summary[f"bytes_{axis}_per_step"] = float(ups.groupby("step")[f"bytes_{axis}"].max().median()) if len(ups) \
+        summary[f"bytes_{axis}_per_step"] = stat(ups.groupby("step")[f"bytes_{axis}"].max()) if len(ups) \
             else float("nan")
-    return Result(config, trace, summary, None, stopped, extras=[o for o in outs if o is not None])
+    return Result(config, trace, summary, None, run.stopped, extras=run.done)
 
 
 def compare_with_oracle(result: Result, config: ComposedConfig) -> dict[str, float]:

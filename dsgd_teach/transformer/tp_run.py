@@ -6,7 +6,6 @@ every wait bounded by config.timeout_s) and compares each step's loss with the s
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,9 +13,9 @@ import torch
 from distributed import Client
 
 from ..runtime.ranks.comm import Comm
-from ..runtime.ranks.group import plan_group, run_in_group
+from ..runtime.ranks.group_run import run_group
 from ..runtime.ranks.live import WorkerContext
-from ..trace import OnUpdate, Result, TraceRecorder
+from ..trace import OnUpdate, Result, stat
 from .corpus import batch_at, make_corpus
 from .model import build_gpt, lm_loss
 from .tensor_group import TensorGroup
@@ -57,21 +56,19 @@ def _rank(ctx: WorkerContext, comm: Comm, config: TPConfig) -> dict[str, Any]:
 def run_tp(config: TPConfig, client: Client, on_update: OnUpdate | None = None) -> Result:
     """Train config.steps steps on config.tp ranks; summary: final loss, largest difference from the oracle's
     losses, median step time and bytes each rank sent per step."""
-    t0 = time.perf_counter()
-    recorder = TraceRecorder(on_update)
-    spec = plan_group(client, config.tp, config.device, config.timeout_s)
-    outs, stopped = run_in_group(client, spec, _rank, [(config,)] * config.tp, recorder, config.run_timeout_s)
-    shares = [o["loss"] for o in outs if o is not None]
+    run = run_group(client, config.tp, _rank, (config,), on_update, device=config.device,
+                    timeout_s=config.timeout_s, run_timeout_s=config.run_timeout_s)
+    shares = [o["loss"] for o in run.done]
     steps = min((len(s) for s in shares), default=0)
     losses = [sum(s[i] for s in shares) if config.sequence_parallel else shares[0][i] for i in range(steps)]
     want = oracle_losses(config)
-    trace = recorder.frame()
+    trace = run.trace
     ups = trace[trace.event == "update"] if len(trace) else trace
     summary: dict[str, Any] = {
-        "wall_s": time.perf_counter() - t0, "ranks": config.tp, "backend": spec.backend,
+        "wall_s": run.wall_s, "ranks": config.tp, "backend": run.spec.backend,
         "final_loss": losses[-1] if losses else float("nan"),
         "max_loss_error": max((abs(a - b) for a, b in zip(losses, want, strict=False)), default=float("nan")),
-        "median_step_ms": float(ups.step_s.median() * 1e3) if len(ups) else float("nan"),
-        "bytes_per_rank_per_step": float(ups.bytes_sent.median()) if len(ups) else float("nan"),
+        "median_step_ms": stat(ups.step_s) * 1e3,
+        "bytes_per_rank_per_step": stat(ups.bytes_sent),
     }
-    return Result(config, trace, summary, None, stopped, TPExtras(losses, want))
+    return Result(config, trace, summary, None, run.stopped, TPExtras(losses, want))

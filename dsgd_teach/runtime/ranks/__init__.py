@@ -14,6 +14,7 @@ from .. import lazy_face
 if TYPE_CHECKING:
     from .comm import Comm
     from .group import GroupSpec, group_hosts, plan_group, process_group, run_in_group
+    from .group_run import GroupRun, run_group
     from .live import RankInterrupted, WorkerContext, WorkerLost, run_live
     from .rounds import collect
     from .thread_group import run_threads
@@ -25,6 +26,8 @@ _FROM = {
     "plan_group": "group",
     "process_group": "group",
     "run_in_group": "group",
+    "GroupRun": "group_run",
+    "run_group": "group_run",
     "RankInterrupted": "live",
     "WorkerContext": "live",
     "WorkerLost": "live",
@@ -32,6 +35,6 @@ _FROM = {
     "collect": "rounds",
     "run_threads": "thread_group",
 }
-__all__ = ["Comm", "GroupSpec", "RankInterrupted", "WorkerContext", "WorkerLost", "collect", "group_hosts", "plan_group", "process_group", "run_in_group", "run_live", "run_threads"]
+__all__ = ["Comm", "GroupRun", "GroupSpec", "RankInterrupted", "WorkerContext", "WorkerLost", "collect", "group_hosts", "plan_group", "process_group", "run_group", "run_in_group", "run_live", "run_threads"]
 
 __getattr__ = lazy_face(__name__, _FROM)
