@@ -15,9 +15,11 @@ GatewayLimitError). DSGD_GATEWAY=off ignores a configured gateway (a LocalCluste
 
 from __future__ import annotations
 
+import asyncio
 import math
 import os
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import dask
@@ -46,7 +48,39 @@ def gateway_address() -> str | None:
     """The configured gateway's address, or None (none configured, or DSGD_GATEWAY=off)."""
     if os.environ.get("DSGD_GATEWAY", "").lower() in ("off", "0", "no", "false"):
         return None
-    return gateway_settings().get("address") or None
+    address = gateway_settings().get("address") or None
+    if address:
+        guard_gateway_finalizers()
+    return address
+
+
+def _not_on_a_running_loop(finalizer: Callable[[Any], None]) -> Callable[[Any], None]:
+    """A __del__ that skips `finalizer` when the garbage collector runs it on a thread whose event loop is running.
+
+    dask-gateway's Gateway and GatewayCluster close themselves in __del__ by waiting on their event loop. The
+    collector runs __del__ on whichever thread allocates at that moment; on the gateway's own loop thread (an
+    aiohttp request of another call) that wait can never end: the loop waits on itself, and every later gateway
+    call waits forever. Seen when a half-made cluster (a refused `connect`) was collected during another student's
+    `stop_cluster`. Skipped there, the object is closed when it is collected elsewhere or at exit.
+    """
+
+    def __del__(self: Any) -> None:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # no loop runs on this thread: closing here cannot block one
+            finalizer(self)
+
+    __del__.dsgd_guarded = True  # type: ignore[attr-defined]
+    return __del__
+
+
+def guard_gateway_finalizers() -> None:
+    """Make dask-gateway's client objects safe to collect on an event-loop thread (see _not_on_a_running_loop)."""
+    from dask_gateway import client
+
+    for cls in (client.Gateway, client.GatewayCluster):
+        if not getattr(cls.__del__, "dsgd_guarded", False):
+            cls.__del__ = _not_on_a_running_loop(cls.__del__)
 
 
 def _field(options: Any, name: str) -> Any | None:
@@ -112,6 +146,7 @@ def _refusal(address: str, exc: Exception) -> GatewayLimitError:
 def close_once(gateway: Any) -> None:
     """Close a dask_gateway.Gateway so that its __del__ does not close it again (a second close raises in a
     garbage collection, with distributed 2026, since the first stopped its loop)."""
+    guard_gateway_finalizers()
     try:
         gateway.close()
     finally:
@@ -123,6 +158,8 @@ def new_gateway_cluster(memory_limit: int | None) -> tuple[Any, str, int]:
     cores each worker gets (the torch threads it should use)."""
     from dask_gateway import Gateway, GatewayCluster
     from dask_gateway.client import GatewayWarning
+
+    guard_gateway_finalizers()
 
     class CourseGatewayCluster(GatewayCluster):
         """A GatewayCluster whose scale() raises GatewayLimitError where the gateway caps the request."""
