@@ -125,12 +125,17 @@ class Result(Generic[Extras]):
         return f"Result({type(self.config).__name__}, {len(self.trace)} events{flag}: {metrics})"
 
 
-def stat(values: pd.Series, how: str = "median") -> float:
-    """A summary figure of a trace column: its median, max, min, first or last value as a float; nan when empty."""
+def stat(rows: pd.DataFrame | pd.Series, column: str | None = None, how: str = "median") -> float:
+    """A summary figure of a trace column (rows[column], or the series rows): its median, max, min, first or last
+    value as a float; nan when there are no rows or no such column (a run stopped before logging it)."""
     if how not in ("median", "max", "min", "first", "last"):
         raise ValueError(f"how must be one of median, max, min, first, last; got {how!r}")
-    if not len(values):
+    if column is not None:
+        if column not in getattr(rows, "columns", ()):
+            return float("nan")
+        rows = rows[column]
+    if not len(rows):
         return float("nan")
     if how in ("first", "last"):
-        return float(values.iloc[0 if how == "first" else -1])
-    return float(getattr(values, how)())
+        return float(rows.iloc[0 if how == "first" else -1])
+    return float(getattr(rows, how)())

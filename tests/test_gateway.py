@@ -126,10 +126,20 @@ def test_a_chapter_runs_on_the_gateway_and_leaves_no_cluster(gateway, monkeypatc
     assert wait_gone(None, gateway.address) == []
 
 
+class _Session:
+    """Stands for a Gateway's aiohttp session: its close is what the gateway's cleanup awaits."""
+
+    closed = False
+
+    async def close(self) -> None:
+        self.closed = True
+
+
 def test_a_gateway_collected_on_its_own_event_loop_thread_does_not_hang_the_loop():
     """A Gateway whose __del__ runs on the thread of the event loop it would wait on (where the garbage collector
-    ran it during another student's stop_cluster) returns at once: unguarded, the loop waited on itself and every
-    later gateway call hung (test_start_client_... once never ended). No gateway server is needed: nothing is sent."""
+    ran it during another student's stop_cluster) returns at once and its session is still closed: unguarded, the
+    loop waited on itself and every later gateway call hung (test_start_client_... once never ended). No gateway
+    server is needed: nothing is sent."""
     import asyncio
 
     from dsgd_teach.runtime.clusters.gateway import guard_gateway_finalizers
@@ -137,13 +147,15 @@ def test_a_gateway_collected_on_its_own_event_loop_thread_does_not_hang_the_loop
     guard_gateway_finalizers()
     owner = Gateway("http://127.0.0.1:9", auth=BasicAuth("nobody", PASSWORD))
     victim = Gateway("http://127.0.0.1:9", auth=BasicAuth("nobody", PASSWORD), loop=owner.loop)
-    victim._session = object()  # a session to close, as a gateway that has made a request holds
+    session = _Session()
+    victim._session = session  # a session to close, as a gateway that has made a request holds
 
     async def collect_here() -> None:
         victim.__del__()  # what the collector does on this thread
 
     done = asyncio.run_coroutine_threadsafe(collect_here(), owner.loop.asyncio_loop)
     done.result(timeout=10)  # unguarded: the loop thread waits on itself and this times out
-    victim._session = None
+    asyncio.run_coroutine_threadsafe(asyncio.sleep(0.1), owner.loop.asyncio_loop).result(timeout=10)
+    assert session.closed, "the session was left open (aiohttp warns 'Unclosed client session' in the notebook)"
     close_once(victim)
     close_once(owner)

@@ -12,9 +12,22 @@ from dsgd_teach.trace import stat
 
 def test_stat_reads_each_figure_and_nan_when_empty():
     s = pd.Series([3.0, 1.0, 2.0, 10.0])
-    assert stat(s) == 2.5 and stat(s, "max") == 10.0 and stat(s, "min") == 1.0
-    assert stat(s, "first") == 3.0 and stat(s, "last") == 10.0
+    assert stat(s) == 2.5 and stat(s, how="max") == 10.0 and stat(s, how="min") == 1.0
+    assert stat(s, how="first") == 3.0 and stat(s, how="last") == 10.0
+    rows = pd.DataFrame({"event": ["eval", "eval"], "train_loss": [0.5, 0.25]})
+    assert stat(rows, "train_loss", "last") == 0.25
     for how in ("median", "max", "min", "first", "last"):
-        assert math.isnan(stat(pd.Series([], dtype=float), how))
+        assert math.isnan(stat(pd.Series([], dtype=float), how=how))
+        assert math.isnan(stat(rows[rows.event == "update"], "train_loss", how))
+
+
+def test_stat_is_nan_for_a_column_a_stopped_run_never_logged():
+    """A run stopped before its first evaluation has no train_loss column at all: nan, not an AttributeError."""
+    updates_only = pd.DataFrame({"event": ["update"], "worker": [0], "step": [1]})
+    evals = updates_only[updates_only.event == "eval"]
+    assert math.isnan(stat(evals, "train_loss", "last"))
+
+
+def test_stat_names_a_bad_figure():
     with pytest.raises(ValueError, match="how must be one of median, max, min, first, last; got 'mean'"):
-        stat(s, "mean")
+        stat(pd.Series([1.0]), how="mean")

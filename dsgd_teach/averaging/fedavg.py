@@ -141,8 +141,8 @@ def summarise(trace: pd.DataFrame, wall_s: float) -> dict[str, float]:
         "rounds": len(updates),
         "bytes_sent": int(updates.bytes_sent.sum()),
         "clients_lost": int((trace.event == "client_lost").sum()),
-        "final_train_loss": stat(evals.train_loss, "last"),
-        "final_test_accuracy": stat(evals.test_accuracy, "last"),
+        "final_train_loss": stat(evals, "train_loss", "last"),
+        "final_test_accuracy": stat(evals, "test_accuracy", "last"),
     }
 
 
@@ -157,4 +157,4 @@ def rounds_to_accuracy(result: Result, target: float) -> float:
     """First round (counted from 1) whose evaluation reaches target test accuracy; NaN if none did."""
     curve = fed_curve(result.trace)
     hit = curve[curve.test_accuracy >= target]
-    return stat(hit.rounds, "first")
+    return stat(hit, "rounds", "first")

@@ -122,8 +122,8 @@ def run_local_sgd(config: LocalSGDConfig, client: Client, on_update: OnUpdate | 
         "rounds": int(averages["round"].max() + 1) if len(averages) else 0,
         "bytes_sent": int(averages.bytes_sent.sum()),
         "mean_spread": float(averages.spread.mean()) if len(averages) else float("nan"),
-        "final_train_loss": stat(evals.train_loss, "last"),
-        "final_test_accuracy": stat(evals.test_accuracy, "last"),
+        "final_train_loss": stat(evals, "train_loss", "last"),
+        "final_test_accuracy": stat(evals, "test_accuracy", "last"),
         "regroups": int((trace.event == "regroup").sum()),
     }
     return Result(config, trace, summary, done[0] if done else None, stopped)
@@ -145,4 +145,4 @@ def bytes_to_accuracy(result: Result, target: float) -> float:
     """Bytes all ranks had sent when an evaluation first reached target test accuracy; NaN if none did."""
     curve = local_sgd_curve(result.trace)
     hit = curve[curve.test_accuracy >= target]
-    return stat(hit.bytes, "first")
+    return stat(hit, "bytes", "first")

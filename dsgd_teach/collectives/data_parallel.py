@@ -91,9 +91,9 @@ def run_allreduce_sgd(config: AllreduceSGDConfig, client: Client, on_update: OnU
         "wall_s": run.wall_s,
         "steps": len(updates),
         "backend": run.spec.backend,
-        "final_train_loss": stat(evals.train_loss, "last"),
-        "final_test_accuracy": stat(evals.test_accuracy, "last"),
-        "median_comm_ms": stat(comm.comm_s) * 1e3,
+        "final_train_loss": stat(evals, "train_loss", "last"),
+        "final_test_accuracy": stat(evals, "test_accuracy", "last"),
+        "median_comm_ms": stat(comm, "comm_s") * 1e3,
         "max_rank_divergence": float(max(np.max(np.abs(p - done[0]), initial=0.0) for p in done)) if done else 0.0,
     }
     return Result(config, trace, summary, done[0] if done else None, stopped)

@@ -136,7 +136,7 @@ def run_allreduce(config: AllreduceConfig, client: Client, on_update: OnUpdate |
     errors = [float(np.max(np.abs(o - truth), initial=0.0)) for o in outputs if o is not None]
     timed = trace[(trace.event == "allreduce") & (trace.worker == 0)]
     nbytes = config.elements * 4
-    median_s = stat(timed.slowest_seconds)
+    median_s = stat(timed, "slowest_seconds")
     sent = messages_frame(results)
     sent = sent[sent.direction == "send"] if len(sent) else sent
     summary = {

@@ -93,7 +93,7 @@ def run_data_parallel(config: DataParallelConfig, client: Client, on_update: OnU
         "wall_s": time.perf_counter() - t_run,
         "steps": len(step_times),
         "median_step_ms": float(np.median(step_times) * 1e3) if step_times else float("nan"),
-        "final_train_loss": stat(evals.train_loss, "last"),
-        "final_test_accuracy": stat(evals.test_accuracy, "last"),
+        "final_train_loss": stat(evals, "train_loss", "last"),
+        "final_test_accuracy": stat(evals, "test_accuracy", "last"),
     }
     return Result(config, trace, summary, w, stopped)

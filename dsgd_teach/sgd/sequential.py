@@ -78,7 +78,7 @@ def run_sgd(config: SGDConfig, client: Client, on_update: OnUpdate | None = None
     summary = {
         "wall_s": time.perf_counter() - t,
         "steps": int((trace.event == "update").sum()),
-        "final_train_loss": stat(evals.train_loss, "last"),
-        "final_test_accuracy": stat(evals.test_accuracy, "last"),
+        "final_train_loss": stat(evals, "train_loss", "last"),
+        "final_test_accuracy": stat(evals, "test_accuracy", "last"),
     }
     return Result(config, trace, summary, params, stopped)

@@ -183,18 +183,18 @@ def run_ddp(config: DDPConfig, client: Client, on_update: OnUpdate | None = None
     summary = {
         "wall_s": run.wall_s, "backend": run.spec.backend, "params": psi,
         "steps": int(ups.step.nunique()) if len(ups) else 0,
-        "median_step_ms": stat(ups.step_s) * 1e3,
-        "bytes_per_step": stat(ups.bytes_sent),
-        "final_loss": stat(ups[ups.worker == 0].loss, "last"),
+        "median_step_ms": stat(ups, "step_s") * 1e3,
+        "bytes_per_step": stat(ups, "bytes_sent"),
+        "final_loss": stat(ups[ups.worker == 0], "loss", "last"),
         "max_rank_divergence": float(max(np.abs(o["params"] - done[0]["params"]).max() for o in done)) if done else 0.0,
     }
     if config.compare_torch and done:
         ref = trace[trace.event == "torch_ddp"]
-        summary["torch_median_step_ms"] = stat(ref.step_s) * 1e3
+        summary["torch_median_step_ms"] = stat(ref, "step_s") * 1e3
         summary["max_diff_vs_torch_ddp"] = float(max(np.abs(o["params"] - o["torch_params"]).max() for o in done))
     if config.compare_back_to_back:
         b2b = trace[trace.event == "back_to_back"]
-        summary["back_to_back_median_step_ms"] = stat(b2b.step_s) * 1e3
+        summary["back_to_back_median_step_ms"] = stat(b2b, "step_s") * 1e3
         if done:
             summary["max_diff_vs_back_to_back"] = float(max(
                 np.abs(o["params"] - o["back_to_back_params"]).max() for o in done))

@@ -186,19 +186,19 @@ def run_zero(config: ZeroConfig, client: Client, on_update: OnUpdate | None = No
     summary = {
         "wall_s": run.wall_s, "backend": run.spec.backend,
         "psi": int(last.psi.iloc[0]) if len(last) else 0,
-        "final_loss": stat(last[last.worker == 0].loss, "first"),
-        "held_bytes": stat(last.held_total, "max"),
-        "formula_bytes": stat(last.formula_total, "max"),
-        "peak_bytes": stat(last.peak_bytes, "max"),
-        "activation_bytes": stat(last.activation_bytes, "max"),
+        "final_loss": stat(last[last.worker == 0], "loss", "first"),
+        "held_bytes": stat(last, "held_total", "max"),
+        "formula_bytes": stat(last, "formula_total", "max"),
+        "peak_bytes": stat(last, "peak_bytes", "max"),
+        "activation_bytes": stat(last, "activation_bytes", "max"),
         # per-rank memory with the activations: measured states + measured activations against formula + the same
-        "held_with_activations_bytes": stat(last.held_total + last.activation_bytes, "max"),
-        "formula_with_activations_bytes": stat(last.formula_total + last.activation_bytes, "max"),
-        "peak_with_activations_bytes": stat(last.peak_bytes + last.activation_bytes, "max"),
-        "elements_sent": stat(last.elements_sent, "max"),
-        "elements_formula": stat(last.elements_formula, "max"),
+        "held_with_activations_bytes": float((last.held_total + last.activation_bytes).max()) if len(last) else float("nan"),
+        "formula_with_activations_bytes": float((last.formula_total + last.activation_bytes).max()) if len(last) else float("nan"),
+        "peak_with_activations_bytes": float((last.peak_bytes + last.activation_bytes).max()) if len(last) else float("nan"),
+        "elements_sent": stat(last, "elements_sent", "max"),
+        "elements_formula": stat(last, "elements_formula", "max"),
         "skipped_steps": int((~ups[ups.worker == 0].applied.astype(bool)).sum()) if len(ups) else 0,
-        "median_step_ms": stat(ups.step_s) * 1e3,
+        "median_step_ms": stat(ups, "step_s") * 1e3,
     }
     if config.compare != "none" and done:
         summary["max_diff_vs_oracle"] = float(max(np.abs(o["params"] - o["oracle"]).max() for o in done))

@@ -76,8 +76,8 @@ def summarize(trace: Any, t_start: float, extra: dict[str, float]) -> dict[str, 
     evals = trace[trace.event == "eval"]
     return {
         "wall_s": time.perf_counter() - t_start,
-        "final_train_loss": stat(evals.train_loss, "last"),
-        "final_test_accuracy": stat(evals.test_accuracy, "last"),
+        "final_train_loss": stat(evals, "train_loss", "last"),
+        "final_test_accuracy": stat(evals, "test_accuracy", "last"),
         "injected_delay_s": float(trace.injected_delay.sum()) if len(trace) else 0.0,
         **extra,
     }

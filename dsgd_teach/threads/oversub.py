@@ -51,7 +51,7 @@ def oversub_table(trace: pd.DataFrame, cores: int) -> pd.DataFrame:
         return table.assign(total_threads=[], slowdown=[], throughput=[], ideal=[], oversubscribed=[], rule=[])
     table = table.rename(columns={"intra_threads": "threads"})
     lone = table[(table.processes == 1) & (table.threads == 1)].seconds
-    t11 = stat(lone, "first")
+    t11 = stat(lone, how="first")
     table["total_threads"] = table.processes * table.threads
     table["slowdown"] = table.seconds / t11
     table["throughput"] = table.processes * t11 / table.seconds

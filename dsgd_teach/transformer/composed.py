@@ -265,11 +265,11 @@ def run_composed(config: ComposedConfig, client: Client, on_update: OnUpdate | N
     summary = {
         "wall_s": run.wall_s, "ranks": world,
         "steps": int(ups.step.nunique()) if len(ups) else 0,
-        "final_loss": stat(losses, "last"),
-        "median_step_ms": stat(ups.step_s) * 1e3,
+        "final_loss": stat(losses, how="last"),
+        "median_step_ms": stat(ups, "step_s") * 1e3,
     }
     for axis in AXES:
-        summary[f"bytes_{axis}_per_step"] = stat(ups.groupby("step")[f"bytes_{axis}"].max()) if len(ups) \
+        summary[f"bytes_{axis}_per_step"] = stat(ups.groupby("step")[f"bytes_{axis}"].max(), how="median") if len(ups) \
             else float("nan")
     return Result(config, trace, summary, None, run.stopped, extras=run.done)
 

@@ -54,33 +54,54 @@ def gateway_address() -> str | None:
     return address
 
 
-def _not_on_a_running_loop(finalizer: Callable[[Any], None]) -> Callable[[Any], None]:
-    """A __del__ that skips `finalizer` when the garbage collector runs it on a thread whose event loop is running.
+def _own_loop(obj: Any) -> Any:
+    """The asyncio loop a dask-gateway Gateway or GatewayCluster waits on when it closes (None if it has none)."""
+    gateway = getattr(obj, "gateway", obj)
+    loop = getattr(gateway, "loop", None)
+    return getattr(loop, "asyncio_loop", None)
+
+
+def _closing_later(obj: Any) -> Any:
+    """The coroutine that closes obj without waiting: a cluster's stop (its gateway's session too), a gateway's."""
+    if hasattr(obj, "_stop_internal"):
+        return obj._stop_internal() if getattr(obj, "status", "closed") != "closed" else None
+    return obj._cleanup() if getattr(obj, "_session", None) is not None else None
+
+
+def _not_on_its_own_loop(finalizer: Callable[[Any], None]) -> Callable[[Any], None]:
+    """A __del__ that, run on the thread of the very loop the object's close waits on, schedules the close on that
+    loop instead of waiting for it.
 
     dask-gateway's Gateway and GatewayCluster close themselves in __del__ by waiting on their event loop. The
     collector runs __del__ on whichever thread allocates at that moment; on the gateway's own loop thread (an
     aiohttp request of another call) that wait can never end: the loop waits on itself, and every later gateway
     call waits forever. Seen when a half-made cluster (a refused `connect`) was collected during another student's
-    `stop_cluster`. Skipped there, the object is closed when it is collected elsewhere or at exit.
+    `stop_cluster`. Elsewhere (a notebook's thread, whose own loop is another) the close runs as before.
     """
 
     def __del__(self: Any) -> None:
         try:
-            asyncio.get_running_loop()
-        except RuntimeError:  # no loop runs on this thread: closing here cannot block one
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is None or running is not _own_loop(self):
             finalizer(self)
+            return
+        closing = _closing_later(self)
+        if closing is not None:
+            running.create_task(closing)
 
     __del__.dsgd_guarded = True  # type: ignore[attr-defined]
     return __del__
 
 
 def guard_gateway_finalizers() -> None:
-    """Make dask-gateway's client objects safe to collect on an event-loop thread (see _not_on_a_running_loop)."""
+    """Make dask-gateway's client objects safe to collect on an event-loop thread (see _not_on_its_own_loop)."""
     from dask_gateway import client
 
     for cls in (client.Gateway, client.GatewayCluster):
         if not getattr(cls.__del__, "dsgd_guarded", False):
-            cls.__del__ = _not_on_a_running_loop(cls.__del__)
+            cls.__del__ = _not_on_its_own_loop(cls.__del__)
 
 
 def _field(options: Any, name: str) -> Any | None:
