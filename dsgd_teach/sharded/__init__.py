@@ -4,8 +4,9 @@ from .buckets import assign_buckets, bucket_bytes
 from .ddp import OverlappedDDP
 from .ddp_run import DDPConfig, run_ddp
 from .shard_ops import all_gather, padded_numel, reduce_scatter, ring_all_gather, ring_reduce_scatter
-from .zero import LossScaler, ZeroAdam, traffic_formula, zero_formula
+from .zero import LossScaler, Stage0, Stage1, Stage2, ZeroAdam, traffic_formula, zero_formula
 from .zero_run import ZeroConfig, run_zero
+from .zero_stage3 import Stage3  # importing it registers stage 3 with ZeroAdam
 
 __all__ = [
     "DDPConfig",
@@ -13,6 +14,10 @@ __all__ = [
     "ZeroAdam",
     "ZeroConfig",
     "OverlappedDDP",
+    "Stage0",
+    "Stage1",
+    "Stage2",
+    "Stage3",
     "all_gather",
     "assign_buckets",
     "bucket_bytes",

@@ -1,11 +1,11 @@
-"""ZeRO stages 0-3 with Adam, each a small step on the last (Rajbhandari et al. 2020, section 5).
+"""ZeRO stages 0-2 with Adam, each a small step on the last (Rajbhandari et al. 2020, section 5); stage 3 follows.
 
 Stage 0 is data parallelism with Adam: every rank holds everything and allreduces the gradients. Stage 1 shards
 Adam's state: the gradient is reduce-scattered, each rank steps on its own shard, and the new parameters are
 all-gathered. Stage 2 also shards the gradient: the full gradient is freed as soon as it is reduce-scattered. Stage
 3 also shards the parameters: a unit is all-gathered just before its forward and its backward, and freed after
-each. `ZeroAdam(model, comm, stage=s)` builds stage s; what the stages share (the hook that starts a unit's
-collective once backward has produced its gradient, and the step's outline) is in `zero_base.py`.
+each (`zero_stage3.py`). `ZeroAdam(model, comm, stage=s)` builds stage s; what the stages share (the step's
+outline) is in `zero_base.py`.
 
 In fp32 the parameters are Adam's master copy; in bf16/fp16 an fp32 master copy of this rank's part is kept apart,
 as Rajbhandari et al. count it (K = 12).
@@ -13,43 +13,19 @@ as Rajbhandari et al. count it (K = 12).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 
-from ..runtime.ranks.comm import Comm
 from .loss_scaler import LossScaler
 from .shard_ops import Pending, start_all_gather, start_all_reduce, start_reduce_scatter
-from .zero_base import DTYPES, ShardedAdam
+from .zero_base import DTYPES, ZeroAdam
 from .zero_formulas import activation_meter, traffic_formula, zero_formula
-from .zero_units import Unit, output_tensors, shard_parameters
+from .zero_units import Unit
 
 #: Stages 2-3 wait for the oldest reduce-scatter before starting one more than this: the full gradients they hold.
 IN_FLIGHT = 1
-STAGES = (0, 1, 2, 3)
-__all__ = ["DTYPES", "LossScaler", "ZeroAdam", "activation_meter", "traffic_formula", "zero_formula"]
-
-
-class ZeroAdam(ShardedAdam):
-    """Adam over every trainable parameter of a model, sharded by ZeRO stage 0-3; call step() after backward.
-
-    ZeroAdam(model, comm, stage=s, ...) builds stage s's class below (Stage0 ... Stage3)."""
-
-    _by_stage: ClassVar[dict[int, type[ZeroAdam]]] = {}
-
-    def __init_subclass__(cls, stage: int, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        cls.stage = stage
-        ZeroAdam._by_stage[stage] = cls
-
-    def __new__(cls, model: torch.nn.Module, comm: Comm, stage: int = 1, *args: Any, **kwargs: Any) -> ZeroAdam:
-        if cls is ZeroAdam:
-            if stage not in STAGES:
-                raise ValueError(f"ZeroAdam: stage must be one of {STAGES}, got {stage!r}")
-            cls = ZeroAdam._by_stage[stage]
-        return super().__new__(cls)
+__all__ = ["DTYPES", "LossScaler", "Stage0", "Stage1", "Stage2", "ZeroAdam", "activation_meter", "traffic_formula", "zero_formula"]
 
 
 class Stage0(ZeroAdam, stage=0):
@@ -119,7 +95,7 @@ class Stage2(Stage1, stage=2):
         u.grad_full = None  # autograd allocates each .grad; _start flattens and frees them
 
     def _make_room(self) -> None:
-        in_flight = [e for e in self._pending if e[2] is not None]
+        in_flight = [e for e in self.in_flight if e[2] is not None]
         if len(in_flight) >= IN_FLIGHT:
             self._complete(in_flight[0])
 
@@ -131,65 +107,3 @@ class Stage2(Stage1, stage=2):
 
     def _keep(self, u: Unit, reduced: torch.Tensor) -> torch.Tensor:
         return reduced
-
-
-class Stage3(Stage2, stage=3):
-    """+ parameters sharded: a unit is all-gathered before its forward and its backward, and freed after each.
-
-    Every rank must run the same modules in the same order (as FSDP asks), since each gather is a collective."""
-
-    bucketed = False
-
-    def __init__(self, model: torch.nn.Module, *args: Any, **kwargs: Any) -> None:
-        super().__init__(model, *args, **kwargs)
-        for u in self.units:
-            for m in u.modules:
-                m.register_forward_pre_hook(lambda m, a, u=u: self._gather(u))
-                m.register_forward_hook(lambda m, a, out, u=u: self._after_forward(u, out))
-
-    def _place(self, u: Unit) -> torch.Tensor:
-        flat = u.flat([p.detach() for p in u.params])
-        shard_parameters(self.model, u, self.comm.world)
-        u.shard = flat[u.lo:u.lo + u.size].clone()
-        u.full = torch.empty(u.padded, dtype=self.dtype, device=self.comm.device)
-        for p, view in zip(u.params, u.views(u.full), strict=True):
-            p.data = view
-        self._free(u)
-        return u.shard
-
-    def _gather(self, u: Unit) -> None:
-        if not u.gathered():
-            u.full.untyped_storage().resize_(u.padded * u.full.element_size())
-            pending = start_all_gather(self.comm, u.shard, self.how, self._pool, out=u.full)
-            pending.wait()
-            self._record(u, pending)
-            self.memory.sample()
-
-    def _free(self, u: Unit) -> None:
-        u.full.untyped_storage().resize_(0)
-
-    def _after_forward(self, u: Unit, out: Any) -> None:
-        self._free(u)
-        for t in output_tensors(out):
-            if t.requires_grad:
-                t.register_hook(lambda g, u=u: self._gather(u))  # gathered again before its backward
-
-    def _start(self, u: Unit) -> list[Any]:
-        entry = super()._start(u)
-        self._free(u)
-        return entry
-
-    def _spread(self, u: Unit, master: torch.Tensor) -> Pending | None:
-        if master is not u.shard:  # mixed precision: the fp32 master rounded into the shard
-            u.shard.copy_(master)
-        return None
-
-    @contextmanager
-    def gathered(self) -> Iterator[None]:
-        for u in self.units:
-            self._gather(u)
-        try:
-            yield
-        finally:
-            for u in self.units:
-                self._free(u)

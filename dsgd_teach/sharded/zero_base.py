@@ -1,40 +1,53 @@
-"""The machinery every ZeRO stage shares: a hook that starts a unit's collective once backward has produced its
-gradient, the collectives in flight, the optimizer step's outline, and reading the model back.
+"""ZeroAdam: what every ZeRO stage shares, above all the optimizer step's outline; ZeroAdam(model, comm, stage=s)
+builds stage s, each stage a small step on the last (`zero.py`: stages 0-2; `zero_stage3.py`).
 
-The stages themselves, each a small step on the last, are in `zero.py`, where `ZeroAdam(model, comm, stage=s)`
-builds stage s. Units (`zero_units.py`) start their collectives in reverse order of registration on every rank, as DDP's
-buckets do, so the ranks' collectives pair up. Memory is counted apart (`zero_memory.py`).
+Each unit's gradient collective starts mid-backward (`zero_launch.py`); what a rank holds is counted by a watcher
+told of each moment (`zero_memory.py`); the model is read back through `zero_readback.py`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from typing import Any, ClassVar
 
 import torch
-import torch.distributed as dist
 
 from ..runtime.ranks.comm import Comm
-from .loss_scaler import LossScaler
+from .loss_scaler import LossScaler, overflow_on_any_rank
 from .shard_ops import HOW, Pending
-from .zero_formulas import zero_formula
-from .zero_memory import HeldMemory
-from .zero_units import Unit, bucket_units, find_units
+from .zero_launch import GradientLaunches
+from .zero_readback import ReadBack
+from .zero_units import Unit, bucket_units, find_units, refuse_missing
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-UNUSED = ("error", "zero")
+STAGES, UNUSED = (0, 1, 2, 3), ("error", "zero")
 #: Stages 0-2 reduce the gradients of this many bytes of parameters at a time (PyTorch DDP's default cap).
 BUCKET_BYTES = 25 * 2**20
 
 
-class ShardedAdam:
-    """What every ZeRO stage shares (zero.py's ZeroAdam and its stages build on it); call step() after backward."""
+class ZeroAdam(GradientLaunches, ReadBack):
+    """Adam over every trainable parameter of a model, sharded by ZeRO stage 0-3; call step() after backward.
+
+    ZeroAdam(model, comm, stage=s, ...) builds stage s's class (Stage0 ... Stage3), which defines the methods below
+    marked "each stage"."""
 
     stage: ClassVar[int] = -1  # set by each stage's class
     bucketed: ClassVar[bool] = True  # stages 0-2 send buckets of units; stage 3 gathers a unit at a time
+    _by_stage: ClassVar[dict[int, type[ZeroAdam]]] = {}
+
+    def __init_subclass__(cls, stage: int, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.stage = stage
+        ZeroAdam._by_stage[stage] = cls
+
+    def __new__(cls, model: torch.nn.Module, comm: Comm, stage: int = 1, *args: Any, **kwargs: Any) -> ZeroAdam:
+        if cls is ZeroAdam:
+            if stage not in STAGES:
+                raise ValueError(f"ZeroAdam: stage must be one of {STAGES}, got {stage!r}")
+            cls = ZeroAdam._by_stage[stage]
+        return super().__new__(cls)
 
     def __init__(self, model: torch.nn.Module, comm: Comm, stage: int = 1, how: str = "ring", precision: str = "fp32",
                  lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
@@ -59,111 +72,46 @@ class ShardedAdam:
         self.order = self.units[::-1]  # the order units start their collectives in, on every rank
         self._next = 0
         self._fired: set[int] = set()  # ids of the parameters whose gradient backward produced since the last step
-        self._pending: list[list[Any]] = []  # [unit, Pending, the full gradient it reads (stages 2-3) or None]
+        self.in_flight: list[list[Any]] = []  # [unit, Pending, the full gradient it reads (stages 2-3) or None]
         self.events: list[dict[str, Any]] = []
-        self.memory = HeldMemory(self.units, self.masters, self.opt, lambda: self._pending,
-                                 masters_apart=self.dtype != torch.float32)
+        self.watchers: list[Callable[[str], None]] = []  # told of each moment: "collective", "gathered", "step"
         self.grad_norm = 0.0
-        for u in self.units:
-            for p in u.params:
-                p.register_post_accumulate_grad_hook(lambda p, u=u: self._grad_ready(u, p))
+        self._hook_gradients()  # each unit's collective starts once backward has produced its gradients
 
-    # --- what each stage defines (zero.py) --------------------------------------------------------------
+    # --- each stage (zero.py, zero_stage3.py) defines these, and _start, _keep, _make_room (zero_launch.py) ------
     def _place(self, u: Unit) -> torch.Tensor:
         """Lay out the unit's parameters (and gradients); return the part of them this rank's Adam steps on."""
-        raise NotImplementedError
-
-    def _start(self, u: Unit) -> list[Any]:
-        """Start the unit's gradient collective: [unit, Pending, the full gradient it reads or None]."""
-        raise NotImplementedError
-
-    def _keep(self, u: Unit, reduced: torch.Tensor) -> torch.Tensor:
-        """Where this rank keeps its part of the unit's summed gradient, given the collective's output."""
         raise NotImplementedError
 
     def _spread(self, u: Unit, master: torch.Tensor) -> Pending | None:
         """Put the updated master into the parameters: in place, or an all-gather started."""
         raise NotImplementedError
 
-    def _make_room(self) -> None:
-        """Before a collective starts: finish older ones if the stage bounds what is in flight (none by default)."""
-
-    # --- a unit's collective starts as soon as backward has produced its gradient -----------------------
-    def _grad_ready(self, u: Unit, p: torch.Tensor) -> None:
-        if id(p) in self._fired:
-            raise ValueError("ZeroAdam: backward ran twice before step(); call step() after every backward "
-                             "(gradient accumulation is not supported)")
-        self._fired.add(id(p))
-        u.waiting -= 1
-        while self._next < len(self.order) and self.order[self._next].waiting == 0:
-            self._launch(self.order[self._next])
-
-    def _launch(self, u: Unit) -> None:
-        """Start unit u's gradient collective (a gradient backward did not produce counts as zeros)."""
-        self._next += 1
-        self._make_room()
-        self.memory.sample()
-        self._pending.append(self._start(u))
-
-    def _complete(self, entry: list[Any]) -> None:
-        """Wait for a unit's gradient collective and keep this rank's part of the sum (the full gradient is freed)."""
-        u, pending = entry[0], entry[1]
-        if u.grad_shard is None:
-            reduced = pending.wait()
-            entry[2] = None
-            u.grad_shard = self._keep(u, reduced)
-            self._record(u, pending)
-
-    def _record(self, u: Unit, pending: Pending) -> None:
-        self.events.append({"unit": self.units.index(u), "what": pending.what, "launch_s": pending.launch_s,
-                            "done_s": pending.done_s})
-
-    def _check_all_used(self) -> None:
-        """With unused='error', a clear error naming the parameters backward gave no gradient since the last step."""
-        missing = [n for u in self.order[self._next:] for n, p in zip(u.names, u.params, strict=True)
-                   if id(p) not in self._fired]
-        if missing and self.unused == "error":
-            self._clear()
-            shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
-            raise ValueError(f"ZeroAdam: parameter(s) {shown} got no gradient on rank {self.comm.rank} (not used to "
-                             "compute the loss); freeze them with requires_grad_(False), or pass unused='zero' to "
-                             "count their gradient as zero")
-
-    def _overflowed(self) -> bool:
-        """fp16: every rank votes on whether any gradient shard overflowed, and the scaler learns the answer."""
-        assert self.scaler is not None
-        for entry in self._pending:
-            self._complete(entry)
-        bad = torch.tensor([float(any(not torch.isfinite(u.grad_shard).all() for u in self.units))],
-                           device=self.comm.device)
-        self.comm.wait_all([dist.all_reduce(bad, op=dist.ReduceOp.MAX, async_op=True)], "the overflow vote")
-        self.scaler.update(bool(bad.item() > 0))
-        return bool(bad.item() > 0)
-
-    # --- the optimizer step: the same outline for every stage --------------------------------------------
+    # --- the optimizer step: the same outline for every stage ------------------------------------------------
     def step(self) -> bool:
         """Finish the gradients' collectives, take Adam's step on this rank's part, and spread the new parameters.
 
         Returns False when fp16 loss scaling found an overflow on any rank and the step was skipped.
         """
-        self._check_all_used()
+        if self.unused == "error":
+            refuse_missing(self.order[self._next:], self._fired, self.comm.rank, on_refusal=self._clear)
         while self._next < len(self.order):  # units backward did not reach (unused='zero'): zero gradients
             self._launch(self.order[self._next])
+        for entry in self.in_flight:
+            self._complete(entry)
         scale = self.scaler.scale if self.scaler is not None else 1.0
-        if self.scaler is not None and self._overflowed():
-            self.memory.sample_step()
+        if self.scaler is not None and not self.scaler.step_ok(overflow_on_any_rank(self.comm, self.units)):
+            self._tell("step")
             self._clear()
             return False
         squares = 0.0
-        for entry in self._pending:
-            u = entry[0]
-            self._complete(entry)
+        for u, master in zip(self.units, self.masters, strict=True):
             g = u.grad_shard.float().div_(self.comm.world * scale)  # the unit's summed gradient (or shard), averaged
             squares += float(torch.linalg.vector_norm(g)) ** 2
-            self.masters[self.units.index(u)].grad = g
+            master.grad = g
         self.opt.step()
         gathers = [(u, self._spread(u, m)) for u, m in zip(self.units, self.masters, strict=True)]
-        self.memory.sample_step()  # the model states at the optimizer step
+        self._tell("step")  # the model states at the optimizer step
         self.grad_norm = math.sqrt(squares)  # this rank's part of the averaged, unscaled gradient (stage 0: all)
         for u, pending in gathers:
             if pending is not None:
@@ -173,7 +121,7 @@ class ShardedAdam:
         return True
 
     def _clear(self) -> None:
-        self._next, self._pending, self._fired = 0, [], set()
+        self._next, self.in_flight, self._fired = 0, [], set()
         for u, m in zip(self.units, self.masters, strict=True):
             u.grad_shard, u.waiting, m.grad = None, len(u.params), None
             if u.grad_full is not None:
@@ -181,35 +129,3 @@ class ShardedAdam:
             else:
                 for p in u.params:
                     p.grad = None
-
-    # --- reading the model -----------------------------------------------------------------------------
-    @contextmanager
-    def gathered(self) -> Iterator[None]:
-        """Every parameter whole while inside (stage 3 all-gathers them: every rank must enter)."""
-        yield
-
-    def full_params(self) -> torch.Tensor:
-        """Every parameter of the model (frozen ones too), in model.parameters() order, as one fp32 vector."""
-        with self.gathered():
-            return torch.cat([p.detach().float().reshape(-1) for p in self.model.parameters()])
-
-    def state_dict(self) -> dict[str, torch.Tensor]:
-        """The model's full state dict, copied (stage 3 gathers it: every rank must call)."""
-        with self.gathered():
-            return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
-
-    def take_events(self) -> list[dict[str, Any]]:
-        """The collectives since the last call: unit, what, launch_s and done_s on time.perf_counter's clock."""
-        out, self.events = self.events, []
-        return out
-
-    def formula(self, mixed: bool | None = None) -> dict[str, float]:
-        """Rajbhandari et al.'s bytes per rank for this stage (Ψ = padded parameter count); mixed defaults to the
-        optimizer's own precision (bf16/fp16: 2Ψ + 2Ψ + 12Ψ; fp32: 4Ψ + 4Ψ + 8Ψ)."""
-        mixed = self.dtype != torch.float32 if mixed is None else mixed
-        return zero_formula(sum(u.padded for u in self.units), self.comm.world, self.stage, mixed=mixed)
-
-    def close(self) -> None:
-        """Stop the communication thread (ring only)."""
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)

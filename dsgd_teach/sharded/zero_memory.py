@@ -1,8 +1,9 @@
 """What a ZeRO rank holds, counted apart from the algorithm: parameters, gradients and optimizer state, in bytes.
 
-`ZeroAdam` asks its meter to sample at the moments its holdings peak (a collective about to start, a stage-3
-gather, the optimizer step); the meter keeps the largest total seen and the holdings at the last optimizer step,
-which chapter 09 sets against Rajbhandari et al.'s formulas (2020, section 5, Figure 1).
+`HeldMemory.watch(zero)` attaches a meter to a ZeroAdam, which tells its watchers of the moments its holdings may
+peak (a collective about to start, a stage-3 gather, the optimizer step); the meter keeps the largest total seen
+and the holdings at the last optimizer step, which chapter 09 sets against Rajbhandari et al.'s formulas (2020,
+section 5, Figure 1).
 """
 
 from __future__ import annotations
@@ -29,6 +30,21 @@ class HeldMemory:
         self.masters_apart = masters_apart  # mixed precision: Adam's fp32 masters are copies apart
         self.peak = 0
         self.at_step: dict[str, int] = {}
+
+    @classmethod
+    def watch(cls, zero: Any) -> HeldMemory:
+        """A meter told of every moment of zero (a ZeroAdam): sampled at each, kept as `at_step` at each step."""
+        meter = cls(zero.units, zero.masters, zero.opt, lambda: zero.in_flight,
+                    masters_apart=zero.dtype != torch.float32)
+        zero.watchers.append(meter.on)
+        return meter
+
+    def on(self, moment: str) -> None:
+        """Sample now; at the optimizer step, keep the sample as `at_step`."""
+        if moment == "step":
+            self.sample_step()
+        else:
+            self.sample()
 
     def sample(self) -> dict[str, int]:
         """The bytes held right now, by kind, and their total; raises the peak if it is a new one."""

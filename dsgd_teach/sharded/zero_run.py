@@ -24,6 +24,7 @@ from ..runtime.ranks.live import WorkerContext
 from ..trace import OnUpdate, Result, stat
 from .toy import batch, flat_params, make_mlp
 from .zero import DTYPES, LossScaler, ZeroAdam, activation_meter, traffic_formula
+from .zero_memory import HeldMemory
 
 
 @dataclass(frozen=True)
@@ -139,13 +140,14 @@ def _train(ctx: WorkerContext, comm: Comm, config: ZeroConfig, model: torch.nn.M
            expect: dict[str, float], clock: float) -> None:
     """config.steps steps, each traced with its memory, traffic and the start and end of every collective."""
     dev, dtype = comm.device, DTYPES[config.precision]
+    memory = HeldMemory.watch(zero)
     for step in range(config.steps):
         x, y = batch(config.seed, step, comm.rank, config.batch_size)
         x, y = x.to(dev, dtype), y.to(dev)
         comm.take_log()
         if dev.type == "cuda":
             torch.cuda.reset_peak_memory_stats(dev)
-        zero.memory.peak = 0
+        memory.peak = 0
         t0 = time.perf_counter()
         hooks, saved = activation_meter(model)
         with hooks:
@@ -162,13 +164,13 @@ def _train(ctx: WorkerContext, comm: Comm, config: ZeroConfig, model: torch.nn.M
         ctx.emit(step=step, event="backward", start=t_bwd + clock, end=t_bwd_end + clock)
         log = comm.take_log()
         sent = [m for m in log if m["direction"] == "send"]
-        held = zero.memory.at_step
+        held = memory.at_step
         cuda = torch.cuda.max_memory_allocated(dev) if dev.type == "cuda" else 0
         ctx.emit(step=step, event="update", loss=float(loss.detach()), step_s=step_s, applied=applied, stage=config.stage,
                  loss_scale=scale, grad_norm=zero.grad_norm, bytes_sent=sum(m["bytes"] for m in sent),
                  elements_sent=sum(m["elements"] for m in sent), elements_formula=traffic_formula(psi, comm.world, config.stage),
                  held_params=held["params"], held_grads=held["grads"], held_optimizer=held["optimizer"],
-                 held_total=held["total"], peak_bytes=zero.memory.peak, activation_bytes=saved[0], cuda_max_bytes=cuda,
+                 held_total=held["total"], peak_bytes=memory.peak, activation_bytes=saved[0], cuda_max_bytes=cuda,
                  formula_params=expect["params"], formula_grads=expect["grads"], formula_optimizer=expect["optimizer"],
                  formula_total=expect["total"], psi=psi, version_read=step, version_applied=step + 1,
                  start=t0 + clock, end=t0 + step_s + clock)

@@ -13,6 +13,7 @@ gathered; reading it otherwise raises an error that says how to get the full val
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -169,3 +170,14 @@ def bucket_units(units: list[Unit], cap_bytes: int, world: int, rank: int) -> li
         named = [(n, p) for u in group for n, p in zip(u.names, u.params, strict=True)]
         buckets.append(Unit(modules, named, world, rank))
     return buckets
+
+
+def refuse_missing(units: list[Unit], fired: set[int], rank: int, on_refusal: Callable[[], None]) -> None:
+    """A ValueError naming the parameters of units that backward gave no gradient (ids not in fired)."""
+    missing = [n for u in units for n, p in zip(u.names, u.params, strict=True) if id(p) not in fired]
+    if missing:
+        on_refusal()
+        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        raise ValueError(f"ZeroAdam: parameter(s) {shown} got no gradient on rank {rank} (not used to "
+                         "compute the loss); freeze them with requires_grad_(False), or pass unused='zero' to "
+                         "count their gradient as zero")
