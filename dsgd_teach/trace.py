@@ -125,17 +125,27 @@ class Result(Generic[Extras]):
         return f"Result({type(self.config).__name__}, {len(self.trace)} events{flag}: {metrics})"
 
 
-def stat(rows: pd.DataFrame | pd.Series, column: str | None = None, how: str = "median") -> float:
-    """A summary figure of a trace column (rows[column], or the series rows): its median, max, min, first or last
-    value as a float; nan when there are no rows or no such column (a run stopped before logging it)."""
-    if how not in ("median", "max", "min", "first", "last"):
-        raise ValueError(f"how must be one of median, max, min, first, last; got {how!r}")
+STAT_HOW = ("median", "mean", "max", "min", "first", "last")
+
+
+def stat(rows: pd.DataFrame | pd.Series | np.ndarray | list[float], column: str | None = None,
+         how: str = "median") -> float:
+    """A summary figure of a trace column (rows[column], or the values rows): its median, mean, max, min, first or
+    last value as a float; nan when there are no rows or no such column (a run stopped before logging it)."""
+    if how not in STAT_HOW:
+        raise ValueError(f"how must be one of {', '.join(STAT_HOW)}; got {how!r}")
     if column is not None:
         if column not in getattr(rows, "columns", ()):
             return float("nan")
         rows = rows[column]
-    if not len(rows):
+    values = rows if isinstance(rows, pd.Series) else pd.Series(np.asarray(rows, dtype=float).reshape(-1))
+    if not len(values):
         return float("nan")
     if how in ("first", "last"):
-        return float(rows.iloc[0 if how == "first" else -1])
-    return float(getattr(rows, how)())
+        return float(values.iloc[0 if how == "first" else -1])
+    return float(getattr(values, how)())
+
+
+def ratio(numerator: float, denominator: float) -> float:
+    """numerator / denominator as a float; nan when the denominator is not positive (nothing measured yet)."""
+    return float(numerator) / float(denominator) if denominator > 0 else float("nan")

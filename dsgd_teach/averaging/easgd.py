@@ -21,7 +21,7 @@ from ..ps.replica import leave_thread_pool
 from ..ps.server import ShardedServer, ShardUnavailable
 from ..runtime.ranks.live import WorkerContext, run_live
 from ..sampling import batch_indices
-from ..trace import OnUpdate, Result, TraceRecorder
+from ..trace import OnUpdate, Result, TraceRecorder, stat
 from .config import EASGDConfig
 
 
@@ -76,7 +76,7 @@ def run_easgd(config: EASGDConfig, client: Client, on_update: OnUpdate | None = 
         "wall_s": time.perf_counter() - t0,
         "exchanges": len(elastic),
         "bytes_sent": int(elastic.bytes_sent.sum()),
-        "mean_spread": float(elastic.spread.mean()) if len(elastic) else float("nan"),
+        "mean_spread": stat(elastic, "spread", "mean"),
         "worker_test_accuracy": float(np.mean([problem.evaluate(w)["test_accuracy"] for w in done])) if done else
         float("nan"),
         "final_train_loss": metrics["train_loss"],

@@ -121,7 +121,7 @@ def run_local_sgd(config: LocalSGDConfig, client: Client, on_update: OnUpdate | 
         "local_steps": int(local.step.max() + 1) if len(local) else 0,
         "rounds": int(averages["round"].max() + 1) if len(averages) else 0,
         "bytes_sent": int(averages.bytes_sent.sum()),
-        "mean_spread": float(averages.spread.mean()) if len(averages) else float("nan"),
+        "mean_spread": stat(averages, "spread", "mean"),
         "final_train_loss": stat(evals, "train_loss", "last"),
         "final_test_accuracy": stat(evals, "test_accuracy", "last"),
         "regroups": int((trace.event == "regroup").sum()),

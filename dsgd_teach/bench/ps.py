@@ -13,6 +13,7 @@ import numpy as np
 
 from ..ps import DownpourConfig, ShardedServer, run_downpour
 from ..runtime.clusters.cluster import worker_addresses
+from ..trace import ratio
 from .runner import with_client
 
 VECTOR_BYTES = 1 << 20  # 1 MB of float32 parameters
@@ -87,7 +88,7 @@ def measure(repeats: int = 60, steps: int = 150) -> dict[str, float | str]:
             result = run_downpour(config, client)
             figures[f"downpour_updates_per_s_{replicas}_replicas"] = round(result.summary["updates_per_s"], 1)
         one, two = figures["downpour_updates_per_s_1_replicas"], figures["downpour_updates_per_s_2_replicas"]
-        figures["downpour_2_vs_1_replicas_ratio"] = round(two / one, 2) if one else float("nan")
+        figures["downpour_2_vs_1_replicas_ratio"] = round(ratio(two, one), 2)
     return figures
 
 

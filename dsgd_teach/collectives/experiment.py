@@ -148,7 +148,7 @@ def run_allreduce(config: AllreduceConfig, client: Client, on_update: OnUpdate |
         "median_ms": median_s * 1e3,
         "busbw_GBps": bus_bandwidth(nbytes, config.workers, median_s) / 1e9,
         "max_bytes_sent_per_rank": float(sent.groupby("rank").bytes.sum().max()) if len(sent) else 0.0,
-        "max_abs_error": max(errors) if errors else float("nan"),
+        "max_abs_error": stat(errors, how="max"),
     }
     return Result(config, trace, summary, outputs[0] if outputs else None, stopped)
 

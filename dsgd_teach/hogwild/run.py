@@ -14,7 +14,7 @@ from distributed import Client
 
 from ..runtime.clusters.workers import get_workers, host_of
 from ..runtime.ranks.live import run_live
-from ..trace import OnUpdate, Result, TraceRecorder
+from ..trace import OnUpdate, Result, TraceRecorder, ratio
 from .config import CountingConfig, HogwildConfig
 from .kernels import accuracy, mean_loss
 from .mutex import HAVE_MUTEX
@@ -74,7 +74,7 @@ def _timing(stats: list[dict[str, Any]], t0: float) -> dict[str, float]:
     updates = int(sum(s["updates"] for s in stats))
     start = min(s["t_start"] for s in stats)
     span = max(s["t_end"] for s in stats) - start
-    rate = updates / span if span > 0 else float("nan")
+    rate = ratio(updates, span)
     return {"updates": updates, "parallel_s": span, "updates_per_s": rate, "start_s": start - t0}
 
 
@@ -121,7 +121,7 @@ def run_counting(config: CountingConfig, client: Client, on_update: OnUpdate | N
         "intended": intended,
         "landed": landed,
         "lost": intended - landed,
-        "lost_fraction": (intended - landed) / intended if intended else float("nan"),
+        "lost_fraction": ratio(intended - landed, intended),
         "run_s": time.perf_counter() - t,
     }
     if not stopped:

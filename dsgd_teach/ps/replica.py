@@ -10,6 +10,7 @@ import numpy as np
 
 from ..runtime.actors.retries import repeat_until, retry
 from ..runtime.ranks.live import WorkerContext
+from ..trace import stat
 from .server import START_TIMEOUT_S, ShardedServer, ShardUnavailable
 from .shard import BarrierTimeout
 
@@ -100,4 +101,4 @@ def emit_push(
 
 def mean_loss(losses: list[float]) -> float:
     """Mean of the minibatch losses since the last push (NaN when none)."""
-    return float(np.mean(losses)) if losses else float("nan")
+    return stat(losses, how="mean")

@@ -13,7 +13,7 @@ from distributed import Client
 from ..problem import Problem, get_problem
 from ..runtime.clusters.workers import get_workers
 from ..runtime.ranks.live import run_live
-from ..trace import OnUpdate, Result, StopRequested
+from ..trace import OnUpdate, Result, StopRequested, ratio, stat
 from .config import PSConfig
 from .monitor import ServerWatch, quiet_released_shards
 from .server import ShardedServer
@@ -96,8 +96,8 @@ def summarise(trace: pd.DataFrame, wall_s: float, updates: int, metrics: dict[st
     return {
         "wall_s": wall_s,
         "updates": int(updates),
-        "updates_per_s": updates / wall_s if wall_s > 0 else float("nan"),
-        "mean_staleness": float(np.mean(stale)) if len(stale) else float("nan"),
+        "updates_per_s": ratio(updates, wall_s),
+        "mean_staleness": stat(stale, how="mean"),
         "max_staleness": int(np.max(stale)) if len(stale) else 0,
         "duplicates": int(len(pushes) - len(applied)),
         "mbytes_moved": float(trace.bytes_sent.sum()) / 1e6,

@@ -92,7 +92,7 @@ def run_data_parallel(config: DataParallelConfig, client: Client, on_update: OnU
     summary = {
         "wall_s": time.perf_counter() - t_run,
         "steps": len(step_times),
-        "median_step_ms": float(np.median(step_times) * 1e3) if step_times else float("nan"),
+        "median_step_ms": stat(step_times) * 1e3,
         "final_train_loss": stat(evals, "train_loss", "last"),
         "final_test_accuracy": stat(evals, "test_accuracy", "last"),
     }

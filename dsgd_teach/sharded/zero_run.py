@@ -194,9 +194,9 @@ def run_zero(config: ZeroConfig, client: Client, on_update: OnUpdate | None = No
         "peak_bytes": stat(last, "peak_bytes", "max"),
         "activation_bytes": stat(last, "activation_bytes", "max"),
         # per-rank memory with the activations: measured states + measured activations against formula + the same
-        "held_with_activations_bytes": float((last.held_total + last.activation_bytes).max()) if len(last) else float("nan"),
-        "formula_with_activations_bytes": float((last.formula_total + last.activation_bytes).max()) if len(last) else float("nan"),
-        "peak_with_activations_bytes": float((last.peak_bytes + last.activation_bytes).max()) if len(last) else float("nan"),
+        "held_with_activations_bytes": stat(last.held_total + last.activation_bytes, how="max"),
+        "formula_with_activations_bytes": stat(last.formula_total + last.activation_bytes, how="max"),
+        "peak_with_activations_bytes": stat(last.peak_bytes + last.activation_bytes, how="max"),
         "elements_sent": stat(last, "elements_sent", "max"),
         "elements_formula": stat(last, "elements_formula", "max"),
         "skipped_steps": int((~ups[ups.worker == 0].applied.astype(bool)).sum()) if len(ups) else 0,

@@ -18,6 +18,7 @@ import simpy
 
 from ..ps.optimizers import MAX_READS, make_optimizer, staleness_aware_scale
 from ..syncasync.schedule import StalenessGate
+from ..trace import ratio, stat
 from .engine import SimRun
 from .network import ServerPorts
 
@@ -144,9 +145,9 @@ class AsyncSim(SimRun):
         return {
             "updates": int(self.keeper.gate.version),
             "sim_time_s": now,
-            "updates_per_s": self.keeper.gate.version / now if now > 0 else float("nan"),
-            "mean_staleness": float(stale.mean()) if stale.size else float("nan"),
-            "steady_mean_staleness": float(steady.mean()) if steady.size else float("nan"),
+            "updates_per_s": ratio(self.keeper.gate.version, now),
+            "mean_staleness": stat(stale, how="mean"),
+            "steady_mean_staleness": stat(steady, how="mean"),
             "max_staleness": int(stale.max()) if stale.size else 0,
             "server_port_busy": self.ports.busiest_fraction(now),
         }

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from ..runtime.clusters.workers import get_workers
-from ..trace import Result
+from ..trace import Result, ratio
 from .config import from_config
 from .run import run_simulated
 
@@ -88,7 +88,7 @@ def calibrate(
         real_med, sim_med = float(np.median(real_s)), float(np.median(sim_s))
         rows.append({
             "n": n, "real_median_ms": real_med * 1e3, "sim_median_ms": sim_med * 1e3,
-            "ratio": sim_med / real_med if real_med > 0 else float("nan"), "fitted": n == fit_on,
+            "ratio": ratio(sim_med, real_med), "fitted": n == fit_on,
         })
     table = pd.DataFrame(rows)
     table.attrs["samples"] = samples

@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import Any
 
-import numpy as np
 import simpy
 
 from ..collectives.algorithms import chunk_sizes
 from ..collectives.cost_model import bus_bandwidth, schedule_steps
+from ..trace import stat
 from .engine import SimRun
 from .network import ITEMSIZE, FifoLink, ServerPorts
 
@@ -68,7 +68,7 @@ class AllreduceSim(SimRun):
 
     def finish(self) -> dict[str, float]:
         """Median time and bus bandwidth, as chapter 05's run_allreduce reports them."""
-        median = float(np.median(self.times)) if self.times else float("nan")
+        median = stat(self.times)
         return {
             "sim_time_s": float(self.env.now),
             "world": self.config.workers,

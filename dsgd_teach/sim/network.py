@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import simpy
 
 from ..collectives.cost_model import schedule_steps
+from ..trace import ratio
 
 ITEMSIZE = 4  # float32
 
@@ -86,7 +87,7 @@ class ServerPorts:
     def busiest_fraction(self, elapsed_s: float) -> float:
         """Largest fraction of elapsed_s any one server port spent sending or receiving (1.0: saturated)."""
         busy = max(link.busy_s for link in self.inbound + self.outbound)
-        return busy / elapsed_s if elapsed_s > 0 else float("nan")
+        return ratio(busy, elapsed_s)
 
     def push(self, nbytes: float) -> Generator[simpy.Event, None, float]:
         """A worker sends nbytes to the server (a gradient)."""

@@ -23,6 +23,7 @@ from ..ps.optimizers import make_optimizer
 from ..sgd import averaged_gradient
 from ..syncasync.onebit import HEADER_BYTES, OneBitCompressor
 from ..syncasync.schedule import SyncRound
+from ..trace import stat
 from .engine import SimRun
 from .network import ServerPorts
 
@@ -155,13 +156,12 @@ class SyncSim(SimRun):
         rows = self.step_rows[1:] if len(self.step_rows) > 1 else self.step_rows
         step_s = np.array([r["step_s"] for r in rows])
         busy_s = np.array([r["slowest_busy_s"] for r in rows])
-        has = step_s.size > 0
         return {
             "steps": len(self.step_rows),
             "sim_time_s": float(self.env.now),
-            "mean_step_ms": float(step_s.mean() * 1e3) if has else float("nan"),
-            "median_step_ms": float(np.median(step_s) * 1e3) if has else float("nan"),
-            "median_overhead_ms": float(np.median(step_s - busy_s) * 1e3) if has else float("nan"),
+            "mean_step_ms": stat(step_s, how="mean") * 1e3,
+            "median_step_ms": stat(step_s) * 1e3,
+            "median_overhead_ms": stat(step_s - busy_s) * 1e3,
             "discarded": int(sum(len(log.discarded) for log in self.round.logs)),
             "cancelled": self.cancelled,
             "server_port_busy": self.ports.busiest_fraction(self.env.now) if self.ports else float("nan"),

@@ -23,7 +23,7 @@ from ..ps.optimizers import DEFAULT_DC_LAMBDA, OPTIMIZERS
 from ..runtime.clusters.workers import get_workers
 from ..runtime.ranks.live import WorkerContext, pick_workers, run_live
 from ..sampling import batch_indices
-from ..trace import OnUpdate, Result
+from ..trace import OnUpdate, Result, stat
 from .actors import AsyncServer
 from .ps_adapter import PsAsAsyncServer
 from .settings import ChapterConfig, EvalRecorder, summarize
@@ -138,7 +138,7 @@ def run_async(config: AsyncConfig, client: Client, on_update: OnUpdate | None = 
     pushes = trace[trace.event == "push"]
     summary = summarize(trace, t_start, {
         "updates": int(version),
-        "mean_staleness": float(pushes.staleness.mean()) if len(pushes) else float("nan"),
+        "mean_staleness": stat(pushes, "staleness", "mean"),
         "max_staleness": int(pushes.staleness.max()) if len(pushes) else 0,
         "bytes_sent": int(pushes.bytes_sent.sum()) if len(pushes) else 0,
     })

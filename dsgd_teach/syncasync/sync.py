@@ -21,7 +21,7 @@ from ..problem import get_problem
 from ..runtime.clusters.workers import get_workers
 from ..runtime.ranks.live import WorkerContext, pick_workers, run_live
 from ..sampling import batch_indices
-from ..trace import OnUpdate, Result
+from ..trace import OnUpdate, Result, stat
 from .actors import SyncCoordinator
 from .onebit import OneBitCompressor
 from .settings import MAX_WORKERS, ChapterConfig, EvalRecorder, summarize
@@ -115,8 +115,8 @@ def run_sync(config: SyncConfig, client: Client, on_update: OnUpdate | None = No
     grads = trace[trace.event.isin(["gradient", "discarded", "cancelled"])]
     summary = summarize(trace, t_start, {
         "steps": len(step_rows),
-        "mean_step_ms": float(step_s.mean() * 1e3) if step_s.size else float("nan"),
-        "median_overhead_ms": float(np.median(step_s - busy_s) * 1e3) if step_s.size else float("nan"),
+        "mean_step_ms": stat(step_s, how="mean") * 1e3,
+        "median_overhead_ms": stat(step_s - busy_s) * 1e3,
         "discarded": int((trace.event == "discarded").sum()),
         "cancelled": int((trace.event == "cancelled").sum()),
         "bytes_sent": int(grads.bytes_sent.sum()) if len(grads) else 0,

@@ -268,9 +268,9 @@ def run_composed(config: ComposedConfig, client: Client, on_update: OnUpdate | N
         "final_loss": stat(losses, how="last"),
         "median_step_ms": stat(ups, "step_s") * 1e3,
     }
+    per_step = ups.groupby("step").max(numeric_only=True) if len(ups) else ups  # the busiest rank of each step
     for axis in AXES:
-        summary[f"bytes_{axis}_per_step"] = stat(ups.groupby("step")[f"bytes_{axis}"].max(), how="median") if len(ups) \
-            else float("nan")
+        summary[f"bytes_{axis}_per_step"] = stat(per_step, f"bytes_{axis}")
     return Result(config, trace, summary, None, run.stopped, extras=run.done)
 
 

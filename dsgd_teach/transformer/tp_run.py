@@ -66,7 +66,7 @@ def run_tp(config: TPConfig, client: Client, on_update: OnUpdate | None = None) 
     ups = trace[trace.event == "update"] if len(trace) else trace
     summary: dict[str, Any] = {
         "wall_s": run.wall_s, "ranks": config.tp, "backend": run.spec.backend,
-        "final_loss": losses[-1] if losses else float("nan"),
+        "final_loss": stat(losses, how="last"),
         "max_loss_error": max((abs(a - b) for a, b in zip(losses, want, strict=False)), default=float("nan")),
         "median_step_ms": stat(ups, "step_s") * 1e3,
         "bytes_per_rank_per_step": stat(ups, "bytes_sent"),
