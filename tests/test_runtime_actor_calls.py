@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import Future
 from typing import Any
 
 import pytest
 
-from dsgd_teach.runtime.actors import ActorCalls, pack, unpack
+from dsgd_teach.runtime.actors import ActorCalls, NoReply, call_each, pack, unpack
 
 
 class Ctx:
@@ -84,3 +85,50 @@ def test_a_plain_object_s_return_value_is_taken_as_it_is() -> None:
             return "run"
 
     assert ActorCalls(Plain(), Ctx(), timeout_s=1)("join", 0) == "run"
+
+
+class _Shard:
+    """An actor stand-in whose method returns a future answered at once, never, or with an error."""
+
+    def __init__(self, answer: Any = None, error: BaseException | None = None, raise_on_call: bool = False,
+                 never: bool = False) -> None:
+        self.answer, self.error, self.raise_on_call, self.never = answer, error, raise_on_call, never
+
+    def get(self, x: int) -> Future:
+        if self.raise_on_call:
+            raise RuntimeError("worker gone")
+        f: Future = Future()
+        if self.error is not None:
+            f.set_exception(self.error)
+        elif not self.never:
+            f.set_result((self.answer, x))
+        return f
+
+
+def test_call_each_returns_every_reply_in_order() -> None:
+    assert call_each([_Shard("a"), _Shard("b")], "get", [(1,), (2,)], 5.0, 0.05) == [("a", 1), ("b", 2)]
+
+
+def test_call_each_names_the_actor_that_failed_timed_out_or_moved() -> None:
+    with pytest.raises(NoReply, match="actor 1: RuntimeError: worker gone") as info:
+        call_each([_Shard(), _Shard(raise_on_call=True)], "get", [(1,), (2,)], 5.0, 0.05)
+    assert info.value.index == 1
+    with pytest.raises(NoReply, match="actor 0: KeyError") as info:
+        call_each([_Shard(error=KeyError("x")), _Shard()], "get", [(1,), (2,)], 5.0, 0.05)
+    with pytest.raises(NoReply, match="actor 1: no answer within 0.3 s"):
+        call_each([_Shard(), _Shard(never=True)], "get", [(1,), (2,)], 0.3, 0.05)
+
+
+def test_call_each_gives_up_at_once_when_the_actor_moved_and_passes_the_callers_errors_through() -> None:
+    asked: list[int] = []
+
+    def moved(i: int) -> bool:
+        asked.append(i)
+        return True
+
+    started = time.monotonic()
+    with pytest.raises(NoReply, match="actor 0: no answer within 60 s"):
+        call_each([_Shard(never=True)], "get", [(1,)], 60.0, 0.05, moved=moved)
+    assert asked == [0] and time.monotonic() - started < 30  # one slice, not the whole minute
+    with pytest.raises(ValueError, match="bad key"):
+        call_each([_Shard(error=ValueError("bad key"))], "get", [(1,)], 5.0, 0.05, passthrough=(ValueError,))

@@ -8,12 +8,10 @@ Variable, so a task can find a shard that the driver restored on another worker 
 
 from __future__ import annotations
 
-import asyncio
 import math
 import os
 import shutil
 import tempfile
-import time
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +21,7 @@ from distributed import Client, Variable
 from distributed.actor import Actor
 
 from ..config import check_choice, check_float, check_int, check_timeout
+from ..runtime.actors import NoReply, call_each
 from ..runtime.clusters.cluster import worker_addresses
 from ..runtime.clusters.workers import alternate_from_end
 from . import checkpoint as ckpt
@@ -187,28 +186,6 @@ class ShardedServer:
             self._handles = [Actor(ParamShard, i.address, i.key) for i in self.infos]
         return self._handles
 
-    def _gather(self, futures: list[Any], what: str, timeout: float | None = None) -> list[Any]:
-        """Results of one call per shard; waits in slices so a call stuck on a dead shard that the driver has
-        meanwhile restored elsewhere gives up at once instead of after the whole timeout."""
-        total = self.timeout_s if timeout is None else timeout
-        deadline = time.monotonic() + total
-        out = []
-        for info, fut in zip(self.infos, futures, strict=True):
-            while True:
-                left = deadline - time.monotonic()
-                try:
-                    out.append(fut.result(timeout=max(0.01, min(left, WAIT_SLICE_S))))
-                    break
-                except (ValueError, BarrierTimeout):
-                    raise
-                except (TimeoutError, asyncio.TimeoutError) as exc:
-                    if left > WAIT_SLICE_S and not self._moved(info):
-                        continue
-                    raise ShardUnavailable(info.index, info.address, f"{what}: no answer within {total:g} s") from exc
-                except (Exception, asyncio.CancelledError) as exc:
-                    raise ShardUnavailable(info.index, info.address, f"{what}: {type(exc).__name__}: {exc}") from exc
-        return out
-
     def _moved(self, info: ShardInfo) -> bool:
         """True when the directory says the shard now lives somewhere else (it was restored)."""
         if self._client is not None:
@@ -220,13 +197,14 @@ class ShardedServer:
         return ShardInfo(*rows[info.index]) != info
 
     def _call(self, method: str, per_shard_args: list[tuple], what: str, timeout: float | None = None) -> list[Any]:
-        futures = []
-        for info, handle, args in zip(self.infos, self.handles, per_shard_args, strict=True):
-            try:
-                futures.append(getattr(handle, method)(*args))
-            except Exception as exc:  # dask raises here when it already knows the actor's worker is gone
-                raise ShardUnavailable(info.index, info.address, f"{what}: {type(exc).__name__}: {exc}") from exc
-        return self._gather(futures, what, timeout)
+        """One call to every shard (the runtime's call_each): a shard that does not answer is ShardUnavailable."""
+        total = self.timeout_s if timeout is None else timeout
+        try:
+            return call_each(self.handles, method, per_shard_args, total, WAIT_SLICE_S,
+                             moved=lambda i: self._moved(self.infos[i]), passthrough=(ValueError, BarrierTimeout))
+        except NoReply as exc:
+            info = self.infos[exc.index]
+            raise ShardUnavailable(info.index, info.address, f"{what}: {exc.reason}") from exc.__cause__
 
     def pull(
         self, min_versions: list[int] | None = None, wait_s: float | None = None, *, timeout: float | None = None
