@@ -63,6 +63,33 @@ def bench_table(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def results_from_page(text: str) -> dict[str, Any]:
+    """The figures a page's bench section lists (its "every figure" table), as results.json holds them: what a
+    fresh clone, without build/bench/results.json, keeps when `dsgd-teach bench --only` re-measures a few."""
+    start, end = text.find(MARK_START), text.find(MARK_END)
+    if start < 0 or end < start:
+        return {}
+    section = text[start:end]
+    benches: dict[str, dict[str, Any]] = {}
+    every = section.split("<summary>every figure</summary>", 1)[-1]
+    for line in every.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+        if len(cells) != 3 or cells[0] in ("benchmark", "---") or not line.startswith("|"):
+            continue
+        bench, key, value = cells
+        try:
+            shown: Any = float(value) if value != "n/a" else float("nan")
+        except ValueError:
+            shown = value
+        benches.setdefault(bench, {})[key] = shown
+    measured = section.split("Measured ", 1)[-1].split(" on ", 1)[0] if "Measured " in section else "earlier"
+    out: dict[str, Any] = {"when": measured.split(" (", 1)[0], "benchmarks": benches}
+    if " (" in measured and "; the others from the run started " in measured:  # an earlier `--only` run's line
+        again, others = measured.split(" (", 1)[1].rstrip(")").split("; the others from the run started ", 1)
+        out["re_measured"], out["others_when"] = again.split(", "), others
+    return out if benches else {}
+
+
 def replace_section(text: str, section: str) -> str:
     """text with everything between the bench markers replaced by section (ValueError if a marker is missing)."""
     start, end = text.find(MARK_START), text.find(MARK_END)
