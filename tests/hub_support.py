@@ -14,6 +14,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
 import requests
 from browser_support import free_port
 from gateway_support import kill_left, stop_process, wait_for_log, wait_gone
@@ -39,6 +40,8 @@ class Hub:
     log: Path
     admin_token: str
     gateway_http: str
+    api_url: str = ""
+    proxy_api_port: int = 0
 
     def api(self, method: str, path: str, **kwargs) -> requests.Response:
         """A call to the hub's REST API with the lecturer's token."""
@@ -49,12 +52,48 @@ class Hub:
         """Stop the hub: it stops the students' servers and its services (the gateway stops every cluster); any
         cluster process still there after that is killed, and its command line returned."""
         stop_process(self.proc, grace_s=60.0)
-        return kill_left(wait_gone(None, self.gateway_http, timeout_s=30.0))
+        return kill_left(self.left_behind()) + kill_left(wait_gone(None, self.gateway_http, timeout_s=30.0))
+
+    def left_behind(self, timeout_s: float = 15.0) -> list[psutil.Process]:
+        """Processes of this hub still alive after it stopped: its proxy, its services (the gateway) and the
+        students' servers and kernels run in sessions of their own, so a hub that died (or never finished starting)
+        leaves them behind. Found by the hub's API address in their environment and the proxy's API port in its
+        command line; waited for a while, since the hub stops them as it exits."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            found = []
+            for proc in psutil.process_iter(["pid"]):
+                try:
+                    if proc.pid == os.getpid() or proc.status() == psutil.STATUS_ZOMBIE:
+                        continue
+                    line = " ".join(proc.cmdline())
+                    if (self.api_url and proc.environ().get("JUPYTERHUB_API_URL", "").startswith(self.api_url)) or (
+                            self.proxy_api_port and "configurable-http-proxy" in line
+                            and f"--api-port {self.proxy_api_port}" in line):
+                        found.append(proc)
+                except (psutil.Error, OSError):
+                    continue
+            if not found or time.monotonic() > deadline:
+                return found
+            time.sleep(0.3)
 
 
 def start_hub(work: Path, password: str, **settings: str) -> Hub:
     """JupyterHub from the course's configuration on free ports of 127.0.0.1, the shared-password authenticator and
-    the simple local-process spawner (homes under work); settings are passed on as environment variables."""
+    the simple local-process spawner (homes under work); settings are passed on as environment variables.
+
+    A port found free may be taken by another process before the hub binds it (the suite runs in parallel): a start
+    that fails on an address in use is tried once more on new ports."""
+    for attempt in (1, 2):
+        try:
+            return _start_hub(work, password, settings)
+        except RuntimeError as exc:
+            if attempt == 2 or not any(m in str(exc).lower() for m in ("address already in use", "eaddrinuse")):
+                raise
+    raise AssertionError("unreachable")
+
+
+def _start_hub(work: Path, password: str, settings: dict[str, str]) -> Hub:
     chp = chp_command()
     if chp is None:
         raise RuntimeError("configurable-http-proxy is missing: run `make hub-deps`")
@@ -69,7 +108,8 @@ def start_hub(work: Path, password: str, **settings: str) -> Hub:
         proc = subprocess.Popen([sys.executable, "-m", "jupyterhub", "-f", str(HUB_CONFIG)], cwd=work, env=env,
                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     hub = Hub(proc, f"http://127.0.0.1:{env['DSGD_HUB_PORT']}", log, token,
-              f"http://127.0.0.1:{env['DSGD_GATEWAY_HTTP_PORT']}")
+              f"http://127.0.0.1:{env['DSGD_GATEWAY_HTTP_PORT']}",
+              api_url=f"http://127.0.0.1:{env['DSGD_HUB_API_PORT']}/", proxy_api_port=int(env["DSGD_HUB_PROXY_API_PORT"]))
     try:
         wait_for_log(log, r"JupyterHub is now running", proc, START_TIMEOUT_S)
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -193,6 +233,13 @@ class Kernel:
             if errors:
                 raise AssertionError(f"{path.name} cell {i}: {errors}; printed: {printed[-2000:]}")
         return "".join(out)
+
+    def shut_down(self) -> None:
+        """Shut the kernel down through the Jupyter server's REST API (DELETE /api/kernels/<id>): what closing a
+        notebook and choosing to shut its kernel down does."""
+        self.ws.close()
+        reply = requests.delete(f"{self.base}/kernels/{self.id}", headers=self.headers, timeout=60)
+        reply.raise_for_status()
 
     def close(self) -> None:
         self.ws.close()
