@@ -119,7 +119,7 @@ def nothing_left_behind():
 # workers (one file per worker at a time) finish together instead of one waiting on a long file started last.
 SLOW_MODULES = ("test_browser.py", "test_nbgrader_route.py", "test_grading_batch.py",
                 "test_grading_hostile.py", "test_grading_sandbox.py", "test_hub.py", "test_multihost.py",
-                "test_slides_browser.py", "test_lab_workspace.py")
+                "test_slides_browser.py", "test_lab_workspace.py", "test_hub_browser.py")
 
 
 # Last: the book test builds the book from the chapters test_browser.py executed in this run, in full mode (it
