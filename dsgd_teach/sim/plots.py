@@ -155,3 +155,20 @@ def plot_sharded_at_scale(table: pd.DataFrame, gpu_gib: float = 80.0,
     ax_time.legend(fontsize="small")
     fig.tight_layout()
     return fig
+
+
+def plot_layouts_at_scale(table: pd.DataFrame, figsize: tuple[float, float] = (7, 3.8)) -> Figure:
+    """sim.transformer's best_layouts for one or more models: the fastest fitting layout's step time against N
+    (solid, each point labelled with its layout) and its compute alone (dotted)."""
+    fig, ax = plt.subplots(figsize=figsize)
+    for model, rows in table.groupby("model", sort=False):
+        line, = ax.loglog(rows.gpus, rows.step_s, "o-", ms=4, label=f"{model}: best layout that fits")
+        ax.loglog(rows.gpus, rows.compute_s, ":", color=line.get_color(), label=f"{model}: compute alone")
+        for row in rows.itertuples():
+            ax.annotate(row.layout, (row.gpus, row.step_s), fontsize=7, xytext=(3, 4), textcoords="offset points")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("GPUs N")
+    ax.set_ylabel("seconds per step (predicted)")
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    return fig
