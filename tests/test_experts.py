@@ -132,11 +132,8 @@ def run_expert_parallel(world: int, top_k: int, capacity_factor: float, seed: in
 
 @pytest.mark.parametrize("world, top_k, capacity_factor", [(2, 1, 1.0), (2, 2, 0.75), (4, 2, 1.25), (4, 1, 0.5)])
 def test_expert_parallel_equals_the_single_process_layer(world: int, top_k: int, capacity_factor: float) -> None:
-    moe, xs, run = run_expert_parallel(world, top_k, capacity_factor)
+    moe, xs, run = expert_parallel_against_oracle(world, top_k, capacity_factor)
     res = run.results
-    torch.testing.assert_close(torch.cat([r[0] for r in res]), moe(xs.detach()))
-    torch.testing.assert_close(torch.cat([r[1] for r in res]), xs.grad)
-    torch.testing.assert_close(sum(r[2] for r in res), moe.router.weight.grad)  # summed over ranks, as dp would
     per = 4 // world
     for r, out in enumerate(res):
         owned = [p.grad for e in expert_range(4, world, r) for p in moe.experts[e].parameters()]
@@ -146,6 +143,45 @@ def test_expert_parallel_equals_the_single_process_layer(world: int, top_k: int,
     dropped = sum(r[4]["dropped"] for r in res)
     moe(xs.detach())
     assert dropped == moe.stats["dropped"]  # the same drops as the single process
+
+
+def expert_parallel_against_oracle(world: int, top_k: int, capacity_factor: float):
+    """run_expert_parallel; AssertionError naming what differs from the single-process layer (output, the input's
+    gradient, the router's gradient summed over the ranks)."""
+    moe, xs, run = run_expert_parallel(world, top_k, capacity_factor)
+    res = run.results
+    torch.testing.assert_close(torch.cat([r[0] for r in res]), moe(xs.detach()), msg="output differs")
+    torch.testing.assert_close(torch.cat([r[1] for r in res]), xs.grad, msg="input gradient differs")
+    torch.testing.assert_close(sum(r[2] for r in res), moe.router.weight.grad,  # summed over ranks, as dp would
+                               msg="router gradient differs")
+    return moe, xs, run
+
+
+# --- negative controls: break one thing and the oracle comparison must fail -------------------------------------
+
+
+def test_the_oracle_catches_a_dispatch_to_the_wrong_rank(monkeypatch) -> None:
+    """Each rank holding its mirror's experts: the all-to-all sends the rows to ranks whose experts are others'."""
+    from dsgd_teach.transformer import expert_parallel
+
+    real = expert_parallel.expert_range
+    monkeypatch.setattr(expert_parallel, "expert_range", lambda e, w, r: real(e, w, w - 1 - r))
+    with pytest.raises(AssertionError, match="output differs"):
+        expert_parallel_against_oracle(2, 1, 1.0)
+
+
+def test_the_oracle_catches_a_dropped_aux_loss(monkeypatch) -> None:
+    """The ranks' load-balancing loss left out of their backward: outputs agree, the router's gradient does not."""
+    from dsgd_teach.transformer import expert_parallel
+
+    def without_aux(*args, **kw):
+        routing = route(*args, **kw)
+        routing.aux_loss = routing.aux_loss.detach()
+        return routing
+
+    monkeypatch.setattr(expert_parallel, "route", without_aux)
+    with pytest.raises(AssertionError, match="input gradient differs|router gradient differs"):
+        expert_parallel_against_oracle(2, 1, 1.0)
 
 
 @pytest.mark.parametrize("world", [2, 4])

@@ -61,10 +61,41 @@ def full_attention(q, k, v, grad) -> list[torch.Tensor]:
 @pytest.mark.parametrize("world", [2, 4])
 @pytest.mark.parametrize("balanced", [False, True])
 def test_ring_attention_equals_full_causal_attention_forward_and_backward(world: int, balanced: bool) -> None:
-    q, k, v, grad = qkv_grad(seed=world + 10 * balanced)
+    ring_against_oracle(world, balanced, seed=world + 10 * balanced)
+
+
+def ring_against_oracle(world: int, balanced: bool, seed: int, names: tuple[str, ...] = ("output", "dq", "dk", "dv"),
+                        ) -> None:
+    """AssertionError naming the first of `names` (output, dq, dk, dv) where the ring differs from full attention."""
+    q, k, v, grad = qkv_grad(seed=seed)
     got, _, _ = run_ring(world, balanced, q, k, v, grad)
     for name, ours, ref in zip(("output", "dq", "dk", "dv"), got, full_attention(q, k, v, grad), strict=True):
-        torch.testing.assert_close(ours, ref, rtol=1e-10, atol=1e-10, msg=f"{name} differs (N_cp={world})")
+        if name in names:
+            torch.testing.assert_close(ours, ref, rtol=1e-10, atol=1e-10, msg=f"{name} differs (N_cp={world})")
+
+
+# --- negative controls: break one thing and the oracle comparison must fail -------------------------------------
+
+
+def test_the_oracle_catches_a_merge_without_the_rescale(monkeypatch) -> None:
+    """Adding the blocks' partial outputs without the factors exp(l_i - l) gives a wrong output."""
+    from dsgd_teach.transformer import ring_attention as module
+
+    monkeypatch.setattr(module, "merge", lambda o1, l1, o2, l2: (o1 + o2, torch.logaddexp(l1, l2)))
+    with pytest.raises(AssertionError, match="output differs"):
+        ring_against_oracle(2, True, seed=5)
+
+
+def test_the_oracle_catches_gradients_that_never_go_home(monkeypatch) -> None:
+    """Skip backward's last hop: the forward and dq are still right, dk and dv land on the wrong rank."""
+    from dsgd_teach.transformer import ring_attention as module
+
+    real = module.pass_round
+    monkeypatch.setattr(module, "pass_round", lambda comm, block, step, phase: block.clone()
+                        if phase == "ring-attention grad home" else real(comm, block, step, phase))
+    ring_against_oracle(2, True, seed=5, names=("output", "dq"))
+    with pytest.raises(AssertionError, match="dk differs"):
+        ring_against_oracle(2, True, seed=5)
 
 
 def test_ring_attention_in_fp32_is_within_fp32_tolerance() -> None:

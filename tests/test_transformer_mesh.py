@@ -65,12 +65,17 @@ def device_mesh_groups(layout: Layout, rank: int) -> dict[str, tuple[int, ...]]:
                                    dict(tp=8), dict(dp=3, tp=2)])
 def test_each_axis_groups_are_device_mesh_s(sizes: dict[str, int]) -> None:
     layout = Layout(**sizes)
+    groups_against_device_mesh(layout)
+    # tensor parallelism is innermost: its groups are runs of neighbouring ranks
+    assert all(g == tuple(range(g[0], g[0] + layout.tp)) for g in layout.groups("tp"))
+
+
+def groups_against_device_mesh(layout: Layout) -> None:
+    """AssertionError unless every rank's group on every axis is the one init_device_mesh forms."""
     for rank in range(layout.world):
         want = device_mesh_groups(layout, rank)
         got = {axis: layout.group_of(axis, rank) for axis in want}
-        assert got == want, f"rank {rank} of {sizes}"
-    # tensor parallelism is innermost: its groups are runs of neighbouring ranks
-    assert all(g == tuple(range(g[0], g[0] + layout.tp)) for g in layout.groups("tp"))
+        assert got == want, f"rank {rank} of {layout}"
 
 
 @pytest.mark.parametrize("sizes, axis", [
@@ -170,3 +175,45 @@ def test_traced_bytes_per_axis_equal_the_formulas(run_of, name: str) -> None:
     ups = result.trace[result.trace.event == "update"]
     for axis in AXES:  # each step's event carries the same totals
         assert ups.set_index(["worker", "step"])[f"bytes_{axis}"].sort_index().tolist() == table[axis].tolist()
+
+
+# --- negative controls: break one thing and the oracle comparison must fail (in this process, no cluster) --------
+
+
+def test_the_groups_oracle_catches_two_axes_swapped(monkeypatch) -> None:
+    """With the context and tensor axes swapped in the rank numbering, the groups are no longer torch's."""
+    from dsgd_teach.transformer import mesh
+
+    monkeypatch.setattr(mesh, "MESH_ORDER", ("pp", "dp", "tp", "cp"))
+    with pytest.raises(AssertionError, match="rank 0"):
+        groups_against_device_mesh(Layout(tp=2, pp=2, cp=2))
+
+
+def oracle_as_result(config: ComposedConfig, trained: ComposedConfig, swap: tuple[int, int] | None = None) -> Result:
+    """A Result as run_composed returns it, whose ranks hold the slices of the oracle trained under `trained`
+    (with `swap`, two ranks' coordinates exchanged: each reports the other's slice)."""
+    from dsgd_teach.transformer.composed import oracle_run
+    from dsgd_teach.transformer.mesh_parts import build_part, detached_mesh
+
+    losses, model = oracle_run(trained)
+    layout = config.layout
+    coords = [layout.coords(r) for r in range(layout.world)]
+    if swap:
+        coords[swap[0]], coords[swap[1]] = coords[swap[1]], coords[swap[0]]
+    extras = [{"coords": coords[r], "params": [p.detach().numpy().copy() for p in build_part(
+        model, config, detached_mesh(layout, layout.coords(r))).parameters()]} for r in range(layout.world)]
+    trace = pd.DataFrame({"event": "update", "step": range(len(losses)), "loss": losses})
+    return Result(config, trace, {}, None, False, extras)
+
+
+def test_the_training_oracle_catches_a_dropped_aux_loss_and_swapped_ranks() -> None:
+    """compare_with_oracle on the oracle's own slices: nothing differs; trained without the load-balancing loss, the
+    parameters differ beyond TOL; with two tensor ranks' slices exchanged, too."""
+    moe = ComposedConfig(dp=2, ep=2, shape=MOE_SHAPE, steps=3)
+    same = compare_with_oracle(oracle_as_result(moe, moe), moe)
+    assert same["loss"] == 0.0 and same["params"] == 0.0
+    dropped = compare_with_oracle(oracle_as_result(moe, moe.replace(aux_weight=0.0)), moe)
+    assert dropped["params"] > TOL, dropped
+    dense = ComposedConfig(tp=2, steps=1)
+    swapped = compare_with_oracle(oracle_as_result(dense, dense, swap=(0, 1)), dense)
+    assert swapped["loss"] == 0.0 and swapped["params"] > TOL, swapped

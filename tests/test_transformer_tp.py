@@ -195,20 +195,53 @@ def test_run_tp_on_the_cluster_gives_the_oracles_losses_and_traces_each_steps_by
 @pytest.mark.parametrize("sp", [False, True])
 def test_four_ranks_on_threads_equal_the_oracle_and_send_what_the_formulas_say(oracle, sp: bool) -> None:
     """N_tp = 4 with chapter 05's ring between threads of this process (runtime/ranks/thread_group.py): no spawn."""
-    from dsgd_teach.runtime.ranks.thread_group import run_threads
-    from dsgd_teach.transformer.tensor_parallel import tp_rank
 
     world = 4
     config = TPConfig(shape=SHAPE, tp=world, sequence_parallel=sp, steps=STEPS)
-    run = run_threads(lambda comm, _: tp_rank(TensorGroup(comm, "ring"), config), [None] * world, timeout_s=60.0)
-    losses, grads = oracle
+    run = threads_against_oracle(oracle, world, sp, STEPS)
     k = config.batch * SHAPE.seq_len * SHAPE.width
     for step in range(STEPS):
+        for r in range(world):
+            records = [rec for rec in run.results[r]["records"][step] if rec["op"] != "replicated grads"]
+            assert sum(rec["bytes_sent"] for rec in records) == 4 * SHAPE.layers * ring_bytes("allreduce", k, world)
+
+
+def threads_against_oracle(oracle, world: int, sp: bool, steps: int):
+    """Train `steps` steps of TP (or TP+SP) on `world` threads; AssertionError unless every step's loss and every
+    rank's gradients equal the oracle's shards. Returns the run."""
+    from dsgd_teach.runtime.ranks.thread_group import run_threads
+    from dsgd_teach.transformer.tensor_parallel import tp_rank
+
+    config = TPConfig(shape=SHAPE, tp=world, sequence_parallel=sp, steps=steps)
+    run = run_threads(lambda comm, _: tp_rank(TensorGroup(comm, "ring"), config), [None] * world, timeout_s=60.0)
+    losses, grads = oracle
+    for step in range(steps):
         shares = [run.results[r]["loss"][step] for r in range(world)]
-        assert (sum(shares) if sp else shares[0]) == pytest.approx(losses[step], abs=1e-5)
+        assert (sum(shares) if sp else shares[0]) == pytest.approx(losses[step], abs=1e-5), f"loss of step {step}"
         for r in range(world):
             for name, want in grads[step].items():
                 torch.testing.assert_close(run.results[r]["grads"][step][name], shard_of(name, want, r, world),
                                            atol=2e-6, rtol=0, msg=f"rank {r} step {step} {name}")
-            records = [rec for rec in run.results[r]["records"][step] if rec["op"] != "replicated grads"]
-            assert sum(rec["bytes_sent"] for rec in records) == 4 * SHAPE.layers * ring_bytes("allreduce", k, world)
+    return run
+
+
+# --- negative controls: break one thing and the oracle comparison must fail -------------------------------------
+
+
+def test_the_oracle_catches_a_missing_g_allreduce(oracle, monkeypatch) -> None:
+    """Without g's allreduce each rank keeps its partial sum of the row-split layers: the loss is wrong."""
+    from dsgd_teach.transformer import tensor_parallel
+
+    monkeypatch.setattr(tensor_parallel.SumOverTensorRanks, "forward", staticmethod(lambda ctx, x, group: x.clone()))
+    with pytest.raises(AssertionError, match="loss of step 0"):
+        threads_against_oracle(oracle, 2, False, 1)
+
+
+def test_the_oracle_catches_a_missing_f_allreduce(oracle, monkeypatch) -> None:
+    """Without f's backward allreduce the forward (and so the loss) is right, but the gradients below each
+    column-split layer hold one rank's part only: the gradient comparison fails."""
+    from dsgd_teach.transformer import tensor_parallel
+
+    monkeypatch.setattr(tensor_parallel.CopyToTensorRanks, "backward", staticmethod(lambda ctx, grad: (grad, None)))
+    with pytest.raises(AssertionError, match="rank 0 step 0"):
+        threads_against_oracle(oracle, 2, False, 1)
