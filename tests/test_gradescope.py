@@ -10,6 +10,7 @@ switched off refuses; the resubmission limit reports the last score; and a local
 from __future__ import annotations
 
 import csv
+import importlib.metadata
 import json
 import os
 import platform
@@ -22,19 +23,22 @@ import zipfile
 from pathlib import Path
 
 import jsonschema
+import nbformat
 import pytest
 
 from dsgd_teach.grading.gradescope import over_limit
+from dsgd_teach.grading.gradescope_cli import TORCH_CPU_INDEX, build, requirements
 from dsgd_teach.grading.notebook import HIDDEN_BEGIN, HIDDEN_END
 
 sys.path.insert(0, str(Path(__file__).parent))
 from grading_attacks import write_submission  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-SOURCE = REPO / "course" / "assignments" / "source" / "ps01_sgd" / "ps01_sgd.ipynb"
+SOURCES = REPO / "course" / "assignments" / "source"
+SOURCE = SOURCES / "ps01_sgd" / "ps01_sgd.ipynb"
 DENY = [sys.executable, str(REPO / "tests" / "docker_seccomp.py")]
 SYSTEM_PY = Path(f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}")
-pytestmark = pytest.mark.skipif(os.geteuid() != 0 or platform.machine() != "x86_64" or not SYSTEM_PY.exists()
+needs_root = pytest.mark.skipif(os.geteuid() != 0 or platform.machine() != "x86_64" or not SYSTEM_PY.exists()
                                 or shutil.which("setpriv") is None,
                                 reason="needs root, x86-64, setpriv and a system Python of this version")
 
@@ -76,6 +80,47 @@ def assert_valid(doc: dict) -> None:
     squashed = re.sub(r"\s", "", json.dumps(doc, ensure_ascii=False).replace("\\n", " "))
     leaked = [line for line in hidden_lines() if line in squashed]
     assert not leaked, leaked
+
+
+IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+([A-Za-z_][\w.]*)[ \t]+import|import[ \t]+([A-Za-z_][\w.]*))", re.M)
+
+
+def _loaded_by(module: str) -> set[str]:
+    """The distributions whose modules importing `module` loads, seen from a fresh interpreter."""
+    out = subprocess.run([sys.executable, "-c", f"import sys, json, {module}; print(json.dumps(sorted(sys.modules)))"],
+                         capture_output=True, text=True, timeout=300, check=True).stdout
+    owners = importlib.metadata.packages_distributions()
+    return {d.lower() for m in json.loads(out) for d in owners.get(m.split(".")[0], ())} - {"dsgd-teach"}
+
+
+def test_requirements_cover_every_import_of_every_assignment(tmp_path):
+    """Every assignment's requirements.txt pins the distribution of each module its code cells import (read from
+    the cells, not the notebook's JSON, where no line starts with `import`), what the course's modules it imports
+    load in turn (ps11's runtime: torch), and torch as the CPU build from PyTorch's CPU index (the kernel
+    pre-imports torch and the runtime). ps13's zip names torch."""
+    owners = importlib.metadata.packages_distributions()
+    loaded: dict[str, set[str]] = {}
+    for path in sorted(SOURCES.glob("*/*.ipynb")):
+        lines = requirements(nbformat.read(str(path), as_version=4))
+        pinned = {line.split("==")[0].lower() for line in lines if "==" in line}
+        assert f"--extra-index-url {TORCH_CPU_INDEX}" in lines and any(re.fullmatch(r"torch==[\d.]+\+cpu", line)
+                                                                         for line in lines), (path.name, lines)
+        code = "\n".join(c.source for c in nbformat.read(str(path), as_version=4).cells if c.cell_type == "code")
+        for m in IMPORT.finditer(code):
+            module = m.group(1) or m.group(2)
+            top = module.split(".")[0]
+            if top in sys.stdlib_module_names:
+                continue
+            if top == "dsgd_teach":
+                need = loaded.setdefault(module, _loaded_by(module))
+            else:
+                need = {d.lower() for d in owners[top]}
+            assert need <= pinned, (path.name, module, need - pinned)
+    for name in ("ps11_ring_comm", "ps13_transformer"):
+        build(name, SOURCES, tmp_path / f"{name}.zip", {})
+        with zipfile.ZipFile(tmp_path / f"{name}.zip") as zf:
+            text = zf.read("requirements.txt").decode()
+        assert re.search(r"^torch==[\d.]+\+cpu$", text, re.M) and re.search(r"^numpy==", text, re.M), text
 
 
 def _first_private_folder(path: Path) -> Path | None:
@@ -130,9 +175,10 @@ def autograder(site: Path, name: str, zip_args: list[str]) -> Path:
         zf.extractall(root / "source")
     assert "bubblewrap" in (root / "source" / "setup.sh").read_text()
     assert "nbclient==" in (root / "source" / "requirements.txt").read_text()
-    setup = subprocess.run(["bash", str(root / "source" / "setup.sh")], env=_env(site, root), capture_output=True,
+    setup = subprocess.run([*DENY, "bash", str(root / "source" / "setup.sh")], env=_env(site, root), capture_output=True,
                            text=True, timeout=300)
     assert setup.returncode == 0, setup.stdout + setup.stderr
+    assert "self-test: the reference solution of ps01_sgd passed all 3 questions' checks" in setup.stdout, setup.stdout
     shutil.copy(root / "source" / "run_autograder", root / "run_autograder")
     return root
 
@@ -160,6 +206,28 @@ def meta(created: str, previous: list | None = None) -> dict:
             "users": [{"email": "ann@uni.edu", "id": 7, "name": "Ann"}], "previous_submissions": previous or []}
 
 
+@needs_root
+def test_setup_fails_where_the_image_cannot_grade(site):
+    """setup.sh's self-test grades the reference once: a zip whose notebook imports a module the image lacks (as
+    ps13's did with torch missing from requirements.txt) fails the image's build, and says why."""
+    root = site / "broken"
+    for sub in ("source", "submission", "results"):
+        (root / sub).mkdir(parents=True)
+    build("ps01_sgd", SOURCES, site / "broken.zip", {"container_mode": True, "limits": {"notebook_s": 120}})
+    with zipfile.ZipFile(site / "broken.zip") as zf:
+        zf.extractall(root / "source")
+    nb_path = root / "source" / "assignments" / "ps01_sgd" / "ps01_sgd.ipynb"
+    nb = nbformat.read(str(nb_path), as_version=4)
+    setup_cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "ps01_sgd_setup")
+    setup_cell.source = "import dsgd_module_not_in_the_image\n" + setup_cell.source
+    nbformat.write(nb, str(nb_path))
+    setup = subprocess.run([*DENY, "bash", str(root / "source" / "setup.sh")], env=_env(site, root), capture_output=True,
+                           text=True, timeout=300)
+    assert setup.returncode != 0, setup.stdout + setup.stderr
+    assert "self-test FAILED" in setup.stderr and "dsgd_module_not_in_the_image" in setup.stderr, setup.stderr
+
+
+@needs_root
 def test_namespaces_are_denied_for_real():
     """The denial the tests rely on: bwrap cannot start, unshare fails, setpriv still works."""
     assert subprocess.run([*DENY, "bwrap", "--ro-bind", "/", "/", "true"], capture_output=True).returncode != 0
@@ -167,6 +235,7 @@ def test_namespaces_are_denied_for_real():
     assert subprocess.run([*DENY, "setpriv", "--reuid=4000", "true"], capture_output=True).returncode == 0
 
 
+@needs_root
 def test_gradescope_route_in_container_mode(site, root):
     assert oct(os.stat(root / "source").st_mode & 0o777) == "0o700"
 
@@ -198,6 +267,7 @@ def test_gradescope_route_in_container_mode(site, root):
     assert_valid(doc)
 
 
+@needs_root
 def test_resubmission_limit(site, root):
     """Two graded runs in the last 24 h with a limit of 2: nothing is graded, the last graded score is reported."""
     graded = {"extra_data": {"dsgd_graded": True}, "tests": [{"name": "q1", "score": 2.0, "max_score": 2.0}]}
@@ -216,6 +286,7 @@ def test_resubmission_limit(site, root):
     assert over_limit(meta("2026-12-01T11:00:00+00:00", previous), 2)["score"] == 5.0
 
 
+@needs_root
 def test_local_batch_in_container_mode(site, root):
     """`dsgd-teach grade --container-mode` with namespaces denied: the reference late (a penalty), the reference
     with an extension (none), a stub and attackers (0), every row saying how it was isolated."""

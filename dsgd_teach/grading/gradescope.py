@@ -238,9 +238,7 @@ def run(root: Path) -> int:
         print(f"refused: {exc}", file=sys.stderr)
         return 1
     seed = secrets.randbelow(2**31)
-    lim = config.get("limits", {})
-    limits = Limits(lim.get("timeout_s", 60), lim.get("memory_mb", 1536), lim.get("cpu_s", 600),
-                    lim.get("notebook_s", 300))
+    limits = _limits(config)
     with tempfile.TemporaryDirectory(prefix="gs-work-") as work:
         own = Path(work) / "submission.ipynb"
         if notebook is not None:
@@ -273,17 +271,62 @@ def run(root: Path) -> int:
     return 0
 
 
+def _limits(config: dict[str, Any]) -> Limits:
+    lim = config.get("limits", {})
+    return Limits(lim.get("timeout_s", 60), lim.get("memory_mb", 1536), lim.get("cpu_s", 600),
+                  lim.get("notebook_s", 300))
+
+
+def self_test(root: Path) -> int:
+    """setup.sh's last step: say which sandbox this image has, then grade the reference solution once, so that an
+    image that cannot grade (a module the notebook imports missing, a broken kernel) fails while it is built, not
+    at the first student's run. 0 when the reference ran and passed every one of its checks, else 1."""
+    config = load_config(root)
+    fence(root)
+    why = bubblewrap.probe()
+    print("bubblewrap sandbox: " + ("available" if not why else f"not available ({why})"))
+    print("container mode: " + (container.probe() or "available"))
+    assignment = load_assignment(root / "source" / "assignments" / config["assignment"] /
+                                 f"{config['assignment']}.ipynb")
+    sandbox = container.select(False, _container_switch(config))
+    try:
+        container.require() if sandbox == "container" else bubblewrap.require()
+    except bubblewrap.SandboxUnavailable as exc:
+        # The image's builder may deny what the grading run allows: the reference is the instructor's own code,
+        # so it runs here with the kernel's fence but no OS sandbox, which still proves the image can run it.
+        print(f"self-test: no OS sandbox while the image is built ({clean(exc, 300)}); the reference runs "
+              "without one")
+        sandbox = False
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="gs-selftest-") as work:
+        protected = sorted({str((root / "source").resolve()), str((root / "results").resolve()), work})
+        try:
+            if sandbox == "container":
+                container.require_fenced(protected)
+            reference = run_worker(source_cells(assignment), "reference", _limits(config), secrets.randbelow(2**31),
+                                   protected, sandbox=sandbox)
+            if "error" in reference:
+                raise RuntimeError(reference["error"])
+            if reference.get("cell_errors"):  # e.g. an import the image cannot satisfy, named at its source
+                first = reference["cell_errors"][0]
+                raise RuntimeError(f"code cell {first.get('index')} raised {clean(first.get('error'), 600)}")
+            check_reference(assignment, reference)
+        except Exception as exc:  # noqa: BLE001 - any failure fails the image's build, with the reason
+            print(f"self-test FAILED: the reference solution of {assignment.name} does not grade in this image "
+                  f"({sandbox_label(sandbox)}): {type(exc).__name__}: {clean(exc, 2000, escape=False)}",
+                  file=sys.stderr)
+            return 1
+    print(f"self-test: the reference solution of {assignment.name} passed all {len(assignment.questions)} "
+          f"questions' checks in {time.monotonic() - t0:.0f} s ({sandbox_label(sandbox)})")
+    return 0
+
+
 def main(argv: list[str]) -> int:
     """`python -m dsgd_teach.grading.gradescope [ROOT] [--self-test]`."""
     args = [a for a in argv if a != "--self-test"]
     root = Path(args[0]) if args else root_dir()
     if "--self-test" in argv:
-        why = bubblewrap.probe()
-        print("bubblewrap sandbox: " + ("available" if not why else f"not available ({why})"))
-        print("container mode: " + (container.probe() or "available"))
-        load_assignment(root / "source" / "assignments" / load_config(root)["assignment"] /
-                        f"{load_config(root)['assignment']}.ipynb")
-        return 0
+        return self_test(root)
     return run(root)
 
 

@@ -13,15 +13,22 @@ instead of building a virtualenv (both for testing the zip outside Gradescope).
 from __future__ import annotations
 
 import argparse
+import ast
+import functools
 import importlib.metadata
 import json
 import re
+import subprocess
 import sys
 import zipfile
 from pathlib import Path
+from typing import Any
+
+import nbformat
 
 from .cli import deadlines_args, policy_of
 from .gradescope import CONFIG
+from .kernel import WARMABLE
 from .notebook import find_assignments, load_assignment
 from .paths import default_source_dir
 
@@ -50,6 +57,8 @@ cp -r "$SRC/package/dsgd_teach" "$ROOT/lib/"
 chmod -R a+rX "$ROOT/lib"
 chmod 755 "$ROOT"
 chmod -R go-rwx "$SRC"
+# Grade the reference solution once: an image that cannot grade (a module missing) fails here, while it is built.
+cd "$ROOT"
 PYTHONPATH="$ROOT/lib" "$PY" -m dsgd_teach.grading.gradescope "$ROOT" --self-test
 """
 
@@ -63,18 +72,80 @@ PYTHONPATH="$ROOT/lib" exec "$PY" -m dsgd_teach.grading.gradescope "$ROOT"
 """
 
 
-def requirements(notebook_text: str) -> list[str]:
-    """Pinned `name==version` of what grading imports and of the installed packages the source notebook imports
-    (a module named as its distribution, e.g. torch, scipy; others are left to the TA's requirements)."""
-    names = set(GRADING_DISTRIBUTIONS)
-    names.update(re.findall(r"^[ \t]*(?:from|import)[ \t]+([A-Za-z_]\w*)", notebook_text, re.M))
-    pins = []
-    for name in sorted(names - {"dsgd_teach"}, key=str.lower):
+#: Where the CPU-only torch wheels are (the project pins torch and installs the +cpu build: docs/install.md);
+#: Gradescope has no GPU, and PyPI's torch wheel would pull gigabytes of CUDA libraries into the image.
+TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+CUDA_ONLY = ("nvidia-", "triton")  # distributions only a CUDA torch build needs
+
+# Run by `requirements` in a child interpreter: import each module named in argv[1] (a JSON list), then print the
+# top-level names of every module loaded, as JSON (a module that does not import here is skipped).
+_LOADED = """
+import importlib, json, sys
+for name in json.loads(sys.argv[1]):
+    try:
+        importlib.import_module(name)
+    except Exception:
+        pass
+print(json.dumps(sorted({m.split(".")[0] for m in list(sys.modules)})))
+"""
+
+
+def code_imports(notebook: Any) -> set[str]:
+    """The modules (dotted, absolute) that the notebook's code cells import: parsed, IPython magics and shell
+    lines dropped; a cell that does not parse is read line by line."""
+    found: set[str] = set()
+    for cell in notebook.cells:
+        if cell.cell_type != "code":
+            continue
+        lines = [line for line in cell.source.splitlines() if not line.lstrip().startswith(("%", "!"))]
         try:
-            pins.append(f"{name}=={importlib.metadata.version(name)}")
+            tree = ast.parse("\n".join(lines))
+        except SyntaxError:
+            for line in lines:
+                m = re.match(r"[ \t]*(?:from[ \t]+([\w.]+)[ \t]+import|import[ \t]+([\w.]+))", line)
+                if m and not (m.group(1) or "").startswith("."):
+                    found.add(m.group(1) or m.group(2))
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                found.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                found.add(node.module)
+    return found
+
+
+@functools.lru_cache(maxsize=32)
+def distributions_loaded_by(modules: frozenset[str]) -> frozenset[str]:
+    """The installed distributions whose modules importing `modules` loads (transitively: e.g. the course's
+    runtime loads torch, tqdm), computed in a child interpreter of this Python."""
+    proc = subprocess.run([sys.executable, "-c", _LOADED, json.dumps(sorted(modules))], capture_output=True,
+                          text=True, timeout=600, check=True)
+    owners = importlib.metadata.packages_distributions()
+    return frozenset(dist for top in json.loads(proc.stdout.strip().splitlines()[-1]) for dist in owners.get(top, ()))
+
+
+def requirements(notebook: Any) -> list[str]:
+    """requirements.txt's lines for grading this notebook: pinned `name==version` of what the grader imports, of
+    the modules the grading kernel pre-imports (dsgd_teach.GRADING_PREIMPORT, kernel.WARMABLE) and of every
+    installed distribution that the notebook's code cells load; torch as the CPU build from PyTorch's CPU index.
+    Modules not installed here are left to the TA's own requirements."""
+    names = set(GRADING_DISTRIBUTIONS) | distributions_loaded_by(frozenset(code_imports(notebook) |
+                                                                           set(WARMABLE.values())))
+    pins, index = [], []
+    for name in sorted(names, key=str.lower):
+        try:
+            dist = importlib.metadata.distribution(name)
         except importlib.metadata.PackageNotFoundError:
             continue
-    return pins
+        canonical = dist.metadata["Name"]
+        if canonical.lower().replace("_", "-") == "dsgd-teach" or canonical.lower().startswith(CUDA_ONLY):
+            continue
+        if canonical.lower() == "torch":
+            pins.append(f"torch=={dist.version.split('+')[0]}+cpu")
+            index = [f"--extra-index-url {TORCH_CPU_INDEX}"]
+        else:
+            pins.append(f"{canonical}=={dist.version}")
+    return index + sorted(set(pins), key=str.lower)
 
 
 def build(assignment: str, source_dir: Path, out: Path, config: dict) -> list[str]:
@@ -97,7 +168,8 @@ def build(assignment: str, source_dir: Path, out: Path, config: dict) -> list[st
         add("setup.sh", SETUP_SH.encode(), 0o755)
         add("run_autograder", RUN_AUTOGRADER.encode(), 0o755)
         add(CONFIG, json.dumps({**config, "assignment": assignment}, indent=2).encode())
-        add("requirements.txt", ("\n".join(requirements(sources[assignment].read_text())) + "\n").encode())
+        notebook = nbformat.read(str(sources[assignment]), as_version=4)
+        add("requirements.txt", ("\n".join(requirements(notebook)) + "\n").encode())
         for path in sorted(package.rglob("*")):
             if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
                 add(f"package/dsgd_teach/{path.relative_to(package).as_posix()}", path.read_bytes())
