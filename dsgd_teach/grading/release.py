@@ -55,7 +55,9 @@ def generate(source_dir: Path, out_dir: Path, names: list[str] | None = None) ->
 
 CHECK_NOTE = ("**Before you submit**, run `dsgd-teach check {name}` in a terminal: it runs this notebook's visible "
               "tests in the grader's own sandbox and prints which questions pass them, with each failing check's "
-              "message. The hidden tests run only when your notebook is graded.")
+              "message. It needs only this notebook (keep its locked test cells as they are); instructors can "
+              "check against the assignment sources with `--source DIR`. The hidden tests run only when your "
+              "notebook is graded.")
 
 
 def add_check_note(path: Path) -> None:
