@@ -337,7 +337,10 @@ def test_no_vague_sources(name):
     ("07", ("decoupled_rank", "_tp_rank", "_SumOverRanks")),
     ("08", ("easgd_worker", "average_parameters")),
     ("09", ("ZeroAdam.step", "Stage0", "Stage1", "Stage2", "Stage3")),
-    ("11", ("memory_bytes", "rebuilt_layer", "buffer_bytes", "phases_under_passes")),
+    ("10", ("flops_per_token", "ColumnParallelLinear", "RowParallelLinear", "GatherSequence", "merge",
+            "RingAttention.forward", "RingAttention.backward", "route", "ExpertParallelMoE.forward", "all_to_all",
+            "aux_loss_of", "composed_rank")),
+    ("11", ("memory_bytes", "rebuilt_layer", "buffer_bytes", "phases_under_passes", "predict_at_scale")),
 ])
 def test_sections_show_the_code_they_describe(prefix, shown):
     code = "\n".join(code_cells(chapter(prefix)))
