@@ -4,11 +4,14 @@ Rank r's input is cut along its first dimension into n blocks of send_splits[0],
 goes to rank j, and rank r's output is the blocks it received, in the order of the ranks that sent them
 (recv_splits[i] rows from rank i), as `torch.distributed.all_to_all_single` (the reference) arranges them.
 
-The schedule is the pairwise exchange MPICH uses for long messages (Thakur, Rabenseifner & Gropp 2005, "Optimization
-of Collective Communication Operations in MPICH", IJHPCA 19(1), its all-to-all algorithms): in step s = 1, ..., n-1 rank r sends to rank r + s and receives
-from rank r - s (mod n), so every pair of ranks meets once, each step is a matched exchange with no waiting on a
-third rank, and the block a rank keeps for itself is a local copy. Rank r sends sum over j != r of send_splits[j]
-rows (`all_to_all_bytes`). A mixture of experts dispatches tokens to their experts' ranks with it, and combines the
+The schedule is the pairwise exchange of Thakur, Rabenseifner & Gropp 2005 ("Optimization of Collective
+Communication Operations in MPICH", IJHPCA 19(1), its all-to-all algorithms): in step s = 1, ..., n-1 rank r sends
+to rank r + s and receives from rank r - s (mod n), so every pair of ranks meets once and each step is a matched
+exchange; the block a rank keeps for itself is a local copy. As their algorithm for medium-sized messages does,
+every step's receive and send is posted at once and then all are waited for (`Comm.exchange_all`), so the n - 1
+steps travel together instead of one after the other, in an order that spreads each step's messages over different
+ranks; the local copy is made while they travel. Rank r sends sum over j != r of send_splits[j] rows
+(`all_to_all_bytes`). A mixture of experts dispatches tokens to their experts' ranks with it, and combines the
 experts' outputs back with the same call, splits swapped, which is also its backward.
 """
 
@@ -57,11 +60,16 @@ def all_to_all(comm: Comm, x: torch.Tensor, send_splits: Sequence[int], recv_spl
     x = x.detach().contiguous()
     out = x.new_empty((sum(recv), *x.shape[1:]))
     at_in, at_out = offsets(send), offsets(recv)
-    out[at_out[r] : at_out[r + 1]] = x[at_in[r] : at_in[r + 1]]  # the block a rank keeps is a local copy
-    for s in range(1, n):
+    pairs, chunks = [], []
+    for s in range(1, n):  # step s: send to r + s, receive from r - s
         dst, src = (r + s) % n, (r - s) % n
-        comm.exchange(x[at_in[dst] : at_in[dst + 1]], dst, out[at_out[src] : at_out[src + 1]], src,
-                      step=s - 1, phase=phase, chunk=dst)
+        pairs.append((x[at_in[dst] : at_in[dst + 1]], dst, out[at_out[src] : at_out[src + 1]], src))
+        chunks.append(dst)
+
+    def keep_own_block() -> None:  # the block a rank keeps is a local copy, made while the others travel
+        out[at_out[r] : at_out[r + 1]] = x[at_in[r] : at_in[r + 1]]
+
+    comm.exchange_all(pairs, phase=phase, chunks=chunks, meanwhile=keep_own_block)  # all steps posted at once
     return out
 
 

@@ -26,11 +26,10 @@ import datetime
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
 import torch.distributed as dist
 
 from ..config import Config, check_int
-from ..runtime.ranks.comm import Comm
+from ..runtime.ranks.comm import Comm, TorchDistributed
 
 #: Axes of a layout, as the chapter names them: data, tensor, pipeline, context and expert parallelism.
 AXES = ("dp", "tp", "pp", "cp", "ep")
@@ -133,25 +132,15 @@ class Layout(Config):
             raise ValueError(f"ep={self.ep} must divide the experts (E={experts}, and E > 0)")
 
 
-class GroupTransport:
+class GroupTransport(TorchDistributed):
     """A Comm transport on one sub-group: the Comm's ranks are positions in `ranks`, sent on the group's links."""
 
     def __init__(self, ranks: tuple[int, ...], group: Any) -> None:
         self.ranks, self.group = ranks, group
 
-    def exchange(self, comm: Comm, send: torch.Tensor | None, dst: int | None, recv: torch.Tensor | None,
-                 src: int | None) -> None:
-        """Post the receive and the send on the sub-group (peers named by global rank), then wait for both."""
-        ops = []
-        if recv is not None:
-            ops.append(dist.P2POp(dist.irecv, recv, self.ranks[src], self.group))
-        if send is not None:
-            ops.append(dist.P2POp(dist.isend, send.contiguous(), self.ranks[dst], self.group))
-        if comm.device.type == "cuda":
-            works = dist.batch_isend_irecv(ops)
-        else:
-            works = [op.op(op.tensor, op.peer, op.group) for op in ops]
-        comm.wait_all(works)
+    def peer(self, rank: int) -> int:
+        """The global rank of the sub-group's position `rank`."""
+        return self.ranks[rank]
 
 
 @dataclass

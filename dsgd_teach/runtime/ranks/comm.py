@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -43,20 +44,35 @@ class Transport(Protocol):
 class TorchDistributed:
     """The default transport: torch.distributed isend/irecv in the current process group, each wait bounded."""
 
+    group: Any = None  # the process group the peers are ranks of (None: the default group)
+
+    def peer(self, rank: int) -> int:
+        """The process-group rank of the Comm's rank `rank`."""
+        return rank
+
     def exchange(self, comm: Comm, send: torch.Tensor | None, dst: int | None, recv: torch.Tensor | None,
                  src: int | None) -> None:
         """Post the receive and the send, then wait for both (posting both first keeps a ring from deadlocking)."""
+        self.exchange_all(comm, [(send, dst, recv, src)])
+
+    def exchange_all(self, comm: Comm, pairs: list[tuple[torch.Tensor | None, int | None, torch.Tensor | None,
+                                                         int | None]], meanwhile: Callable[[], None] | None = None) -> None:
+        """Post every (send, dst, recv, src) pair's receive and send at once, in order, run `meanwhile` while they
+        travel, then wait for them all."""
         ops = []
-        if recv is not None:
-            ops.append(dist.P2POp(dist.irecv, recv, src))
-        if send is not None:
-            ops.append(dist.P2POp(dist.isend, send, dst))
+        for send, dst, recv, src in pairs:
+            if recv is not None:
+                ops.append(dist.P2POp(dist.irecv, recv, self.peer(src), self.group))
+            if send is not None:
+                ops.append(dist.P2POp(dist.isend, send.contiguous(), self.peer(dst), self.group))
         if comm.device.type == "cuda":
-            # NCCL must launch the pair together (one group call), or two ranks sending to each other deadlock.
+            # NCCL must launch the pairs together (one group call), or two ranks sending to each other deadlock.
             works = dist.batch_isend_irecv(ops)
         else:
             # gloo queues non-blocking ops independently; plain isend/irecv skip batch_isend_irecv's overhead.
-            works = [op.op(op.tensor, op.peer) for op in ops]
+            works = [op.op(op.tensor, op.peer, op.group) for op in ops]
+        if meanwhile is not None:
+            meanwhile()
         comm.wait_all(works)
 
 
@@ -102,6 +118,32 @@ class Comm:
             send = None
         if send is not None or recv is not None:
             self.transport.exchange(self, send, dst, recv, src)
+
+    def exchange_all(self, pairs: list[tuple[torch.Tensor | None, int | None, torch.Tensor | None, int | None]], *,
+                     phase: str, chunks: list[int] | None = None, meanwhile: Callable[[], None] | None = None) -> None:
+        """Many exchanges at once: pair i, (send, dst, recv, src), is step i of the log; every pair is posted before
+        any is waited for, so each must be matched by its peers' (a transport without exchange_all runs them in turn).
+        `meanwhile` runs while the messages travel (it must not touch their tensors).
+        """
+        moving = []
+        for i, (send, dst, recv, src) in enumerate(pairs):
+            chunk = chunks[i] if chunks is not None else -1
+            recv = recv if recv is not None and recv.numel() > 0 else None
+            send = send if send is not None and send.numel() > 0 else None
+            if recv is not None:
+                self._note("recv", src, recv, i, phase, chunk)
+            if send is not None:
+                self._note("send", dst, send, i, phase, chunk)
+            if send is not None or recv is not None:
+                moving.append((send, dst, recv, src))
+        post_all = getattr(self.transport, "exchange_all", None)
+        if post_all is not None:
+            post_all(self, moving, meanwhile)
+        else:
+            if meanwhile is not None:
+                meanwhile()
+            for send, dst, recv, src in moving:
+                self.transport.exchange(self, send, dst, recv, src)
 
     def wait_all(self, works: list[Any], what: str = "a message") -> None:
         """Wait for pending operations, failing after the group's timeout instead of hanging."""
