@@ -37,6 +37,7 @@ BENCH_MODULES = (
     "dsgd_teach.bench.sharded",
     "dsgd_teach.bench.zero",
     "dsgd_teach.bench.transformer_tp",
+    "dsgd_teach.bench.transformer_predict",
     "dsgd_teach.bench.sim",
     "dsgd_teach.bench.delay_tolerant",
     "dsgd_teach.bench.grading",

@@ -145,7 +145,7 @@ def links_across_nodes(plan: Plan, cluster: Cluster) -> set[str]:
 def predict_at_scale(shape: GPTShape, plan: Plan, cluster: Cluster) -> dict[str, float | str | bool]:
     """Chapter 10's predict_step of one layout, each link's messages on its own link, and memory_per_rank's largest.
 
-    Keys: compute_s, bubble_s, dp_s ... edp_s, step_s (seconds); memory_bytes (the busiest stage's rank);
+    Keys: compute_s, bubble_s, dp_s ... edp_s, loss_sum_s, step_s (seconds); memory_bytes (the busiest stage's rank);
     fits; across (the links that leave a node, comma-separated)."""
     calibrated = {name: predict_step(shape, plan, Calibration(cluster.flops_per_s, 0.0, plan.ranks, link))
                   for name, link in (("intra", cluster.intra), ("inter", cluster.inter))}
@@ -154,9 +154,14 @@ def predict_at_scale(shape: GPTShape, plan: Plan, cluster: Cluster) -> dict[str,
                                           "bubble_s": calibrated["intra"]["bubble_s"]}
     for link in LINKS:
         out[f"{link}_s"] = calibrated["inter" if link in across else "intra"][f"{link}_s"]
+    # the loss's sum travels on the data and context axes (and the tensor axis with sequence parallelism)
+    loss_links = {"dp", "cp"} | ({"tp"} if plan.sequence_parallel else set())
+    loss_on = "inter" if loss_links & across else "intra"
+    out["loss_sum_s"] = calibrated[loss_on]["loss_sum_s"]
     # predict_step's sum, each link's term from its own link
     out["step_s"] = calibrated["intra"]["step_s"] + sum(
-        calibrated["inter"][f"{link}_s"] - calibrated["intra"][f"{link}_s"] for link in across)
+        calibrated["inter"][f"{link}_s"] - calibrated["intra"][f"{link}_s"] for link in across) + (
+        calibrated[loss_on]["loss_sum_s"] - calibrated["intra"]["loss_sum_s"])
     memory = max(memory_per_rank(shape, plan, st)["total"] for st in range(plan.pp))
     out.update(memory_bytes=memory, fits=memory <= cluster.memory_gib * GIB, across=",".join(sorted(across)))
     return out

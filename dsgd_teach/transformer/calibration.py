@@ -30,12 +30,22 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Calibration:
-    """One rank's matmul rate and per-layer overhead, the cores the ranks share, and the link's α and β."""
+    """One rank's matmul rate and per-layer overhead, the cores the ranks share, and the link's α and β: the idle
+    ping-pong's, and (busy_links) those measured among N ranks that compute between messages, by N."""
 
     flops_per_s: float
     overhead_s: float  # seconds per layer and microbatch, forward and backward, beyond the FLOPs
     cores: int
     link: AlphaBeta
+    busy_links: tuple[tuple[int, AlphaBeta], ...] = ()
+
+    def link_for(self, ranks: int) -> AlphaBeta:
+        """The link a step on `ranks` ranks meets: the busy link measured on the most ranks not above `ranks`
+        (the fewest measured when all are above), or the idle ping-pong's when none was measured."""
+        if not self.busy_links:
+            return self.link
+        below = [(n, ab) for n, ab in self.busy_links if n <= ranks]
+        return max(below, key=lambda t: t[0])[1] if below else min(self.busy_links, key=lambda t: t[0])[1]
 
 
 def time_step(shape: GPTShape, batch: int, repeats: int = 5, seed: int = 0, threads: int = 1) -> float:
@@ -110,18 +120,24 @@ def predict_step(shape: GPTShape, plan: Plan, cal: Calibration) -> dict[str, flo
 
     Compute is the step's FLOPs divided over the N ranks at the fitted rate, plus the fixed cost of every layer and
     microbatch a rank runs; N ranks on fewer cores share them (time × N/cores). Messages follow the α-β model:
-    a ring allreduce of K elements on n ranks 2(n-1)(α + β K/n) (chapter 05), a point-to-point message α + β m; each
-    link's messages are the busiest stage's (the one sending most in all)."""
+    a ring allreduce of K elements on n ranks 2(n-1)(α + β K/n) (chapter 05), a point-to-point message α + β m, with
+    the α and β measured among as many busy ranks as the layout has (`Calibration.link_for`); each link's messages
+    are the busiest stage's (the one sending most in all), plus the messages that sum the step's loss."""
     plan.check_shape(shape)
     n, m = plan.ranks, plan.microbatches
     layers = shape.layers // plan.pp
     share = max(1.0, n / cal.cores)
     compute = (flops_per_step(shape, plan.batch) / n / cal.flops_per_s + cal.overhead_s * layers * m) * share
     bubble = compute * (plan.pp - 1) / m
-    comm = {link: cal.link.alpha * msgs + cal.link.beta * elements * plan.itemsize
+    wire = cal.link_for(n)
+    comm = {link: wire.alpha * msgs + wire.beta * elements * plan.itemsize
             for link, (msgs, elements) in worst_messages(shape, plan).items()}
-    out = {"compute_s": compute, "bubble_s": bubble, **{f"{k}_s": v for k, v in comm.items()}}
-    out["step_s"] = compute + bubble + sum(comm.values())
+    # the step's loss, one number, summed over the context and data axes (and the tensor axis with sequence
+    # parallelism) by a small allreduce on each: its bytes are nothing, its 2(n-1) messages are not
+    loss_axes = (plan.cp, plan.dp) + ((plan.tp,) if plan.sequence_parallel else ())
+    loss = wire.alpha * sum(2 * (k - 1) for k in loss_axes)
+    out = {"compute_s": compute, "bubble_s": bubble, **{f"{k}_s": v for k, v in comm.items()}, "loss_sum_s": loss}
+    out["step_s"] = compute + bubble + sum(comm.values()) + loss
     return out
 
 
