@@ -339,7 +339,7 @@ def test_no_vague_sources(name):
     ("09", ("ZeroAdam.step", "Stage0", "Stage1", "Stage2", "Stage3")),
     ("10", ("flops_per_token", "ColumnParallelLinear", "RowParallelLinear", "GatherSequence", "merge",
             "RingAttention.forward", "RingAttention.backward", "route", "ExpertParallelMoE.forward", "all_to_all",
-            "aux_loss_of", "composed_rank")),
+            "load_balancing_loss", "aux_loss_of", "composed_rank")),
     ("11", ("memory_bytes", "rebuilt_layer", "buffer_bytes", "phases_under_passes", "predict_at_scale")),
 ])
 def test_sections_show_the_code_they_describe(prefix, shown):

@@ -84,11 +84,19 @@ def route(logits: torch.Tensor, top_k: int, capacity_factor: float, groups: int 
     queue = chosen.reshape(groups, top_k * per_group, experts).cumsum(dim=1) - 1
     slot = (queue * chosen.reshape(groups, top_k * per_group, experts)).sum(dim=-1)  # [G, k·T/G]
     slot = slot.view(groups, top_k, per_group).transpose(1, 2).reshape(tokens, top_k)
-    first = F.one_hot(expert[:, 0], experts).float().view(groups, per_group, experts)
-    f = first.mean(dim=1)  # [G, E]: fraction of each group's tokens whose first choice is expert i
-    p_mean = probs.view(groups, per_group, experts).mean(dim=1)  # [G, E]: mean router probability
-    aux = (experts * (f * p_mean).sum(dim=-1)).mean()
+    aux = load_balancing_loss(probs, expert[:, 0], groups)
     return Routing(expert, gate.to(logits.dtype), slot, slot < capacity, capacity, aux)
+
+
+def load_balancing_loss(probs: torch.Tensor, first_choice: torch.Tensor, groups: int = 1) -> torch.Tensor:
+    """Switch Transformer's auxiliary loss E Σ_i f_i P_i (Fedus et al. 2022, section 2.2, eq. 4-6), averaged over
+    the groups: f_i the fraction of a group's tokens whose first choice is expert i, P_i their mean router
+    probability for expert i; 1 when routing is uniform, larger the more it favours some experts."""
+    tokens, experts = probs.shape
+    first = F.one_hot(first_choice, experts).float().view(groups, tokens // groups, experts)
+    f = first.mean(dim=1)  # [G, E]: no gradient flows through the counts
+    p_mean = probs.view(groups, tokens // groups, experts).mean(dim=1)  # [G, E]: the router's gradient flows here
+    return (experts * (f * p_mean).sum(dim=-1)).mean()
 
 
 def kept_assignments(routing: Routing) -> tuple[torch.Tensor, torch.Tensor]:
