@@ -48,7 +48,8 @@ course: $(STAMP)
 
 # The course as a website in build/book/html (Sphinx, MyST-NB and the book theme, all installed by pip; nothing is
 # fetched while it builds) from the chapters `make course` executed into build/course: a chapter missing there, or
-# older than its notebook, is executed first. BINDER_REPO=owner/name adds a Binder launch link to every chapter.
+# older than its notebook, is executed first. Each chapter's Binder launch link names BINDER_REPO=owner/name, else the
+# GitHub repository of the origin remote; with neither, a link to the chapter in the JupyterLab of `make lab`.
 book: $(STAMP)
 	$(PY) -m dsgd_teach.book --executed build/course --out build/book $(if $(BINDER_REPO),--binder-repo $(BINDER_REPO))
 

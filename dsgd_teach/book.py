@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from .book_check import broken_links
+import nbformat
+
+from .book_check import broken_links, widgets_without_static
 from .book_sources import ROOT, chapter_files, stage
 from .course_runner import COURSE_DIR, execute
 
@@ -79,6 +82,36 @@ The papers the chapters cite; each citation in the book links here.
 """
 
 
+def github_repo(url: str) -> str | None:
+    """owner/name of a GitHub remote URL (https, ssh or scp-like), else None."""
+    match = re.fullmatch(r"(?:https?://(?:[^@/]+@)?|ssh://git@|git@)github\.com[:/]([\w.-]+)/([\w.-]+?)(?:\.git)?/?",
+                         url.strip())
+    return f"{match.group(1)}/{match.group(2)}" if match else None
+
+
+def default_binder_repo(root: Path = ROOT) -> str | None:
+    """The repository every chapter's Binder link launches: BINDER_REPO when set, else the GitHub repository that
+    `git remote get-url origin` names; None (local `make lab` links only) when neither is there."""
+    if os.environ.get("BINDER_REPO"):
+        return os.environ["BINDER_REPO"]
+    try:
+        done = subprocess.run(["git", "-C", str(root), "remote", "get-url", "origin"], capture_output=True, text=True,
+                              timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return github_repo(done.stdout) if done.returncode == 0 else None
+
+
+def chapters_without_static(executed_dir: Path, course: Path = COURSE_DIR) -> list[str]:
+    """'chapter: cell ...' for each widget an executed chapter shows with no static copy beside it."""
+    out = []
+    for name in chapter_files(course).values():
+        if (executed_dir / name).exists():
+            nb = nbformat.read(executed_dir / name, as_version=4)
+            out += [f"{name}: {problem}" for problem in widgets_without_static(nb)]
+    return out
+
+
 def stale_chapters(executed_dir: Path, course: Path = COURSE_DIR) -> list[Path]:
     """Chapters with no executed copy in executed_dir, or one older than the chapter itself."""
     out = []
@@ -120,8 +153,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m dsgd_teach.book", description=__doc__)
     parser.add_argument("--executed", type=Path, default=Path("build/course"), help="make course's output folder")
     parser.add_argument("--out", type=Path, default=Path("build/book"))
-    parser.add_argument("--binder-repo", default=os.environ.get("BINDER_REPO") or None,
-                        help="GitHub owner/name for each chapter's Binder launch link")
+    parser.add_argument("--binder-repo", default=None,
+                        help="GitHub owner/name for each chapter's Binder launch link (default: BINDER_REPO, else the "
+                             "GitHub repository of `git remote get-url origin`; none: local `make lab` links only)")
     parser.add_argument("--smoke", action="store_true", help="execute missing chapters small (DSGD_SMOKE=1)")
     args = parser.parse_args(argv)
     if args.smoke:
@@ -136,10 +170,16 @@ def main(argv: list[str] | None = None) -> int:
             failed.append(path.name)
             print(f"FAILED {path.name}: {type(exc).__name__}: {str(exc)[-1000:]}", file=sys.stderr)
     t1 = time.perf_counter()
-    index = build(args.executed, args.out, args.binder_repo)
+    binder_repo = args.binder_repo or default_binder_repo()
+    index = build(args.executed, args.out, binder_repo)
     print(f"book built in {time.perf_counter() - t1:.1f} s (chapters executed: {t1 - t0:.1f} s): {index}")
+    print(f"launch links: Binder for {binder_repo} and local `make lab`" if binder_repo else
+          "launch links: local `make lab` only (no BINDER_REPO, no GitHub remote named origin)")
     problems = broken_links(index.parent)
     print("\n".join([*problems, f"link check: {len(problems)} broken internal link(s)"]))
+    unshown = chapters_without_static(args.executed)
+    print("\n".join([*unshown, f"static copies: {len(unshown)} widget(s) without one"]))
+    problems += unshown
     if failed:
         print(f"{len(failed)} chapter(s) failed while executing: {', '.join(failed)}", file=sys.stderr)
     return 1 if problems or failed else 0

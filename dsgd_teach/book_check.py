@@ -1,16 +1,20 @@
-"""A link checker for the built book: every internal link, anchor, image, script and stylesheet resolves, and no
-page loads anything from another host (the book is read offline)."""
+"""Checks of the book: every internal link, anchor, image, script and stylesheet of the built pages resolves, and no
+page loads anything from another host (the book is read offline); every widget an executed chapter shows has a
+static copy beside it (a reader of the book has no kernel to draw the widget)."""
 
 from __future__ import annotations
 
 import sys
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 #: (tag, attribute) pairs that point at something the page links to or loads.
 LINKS = {("a", "href"), ("img", "src"), ("script", "src"), ("link", "href"), ("iframe", "src"), ("source", "src")}
 LOADED = {"img", "script", "link", "iframe", "source"}  # fetched as the page loads, unlike a followed <a>
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+STATIC_CLASS = "dsgd-panel-snapshot"  # the caption of a widget's static copy (dsgd_teach.panel.SNAPSHOT_CLASS)
 
 
 class _Page(HTMLParser):
@@ -64,6 +68,31 @@ def broken_links(html_dir: Path) -> list[str]:
                 if unquote(parts.fragment) not in ids:
                     problems.append(f"{where}: {tag} -> {url} (no anchor #{parts.fragment})")
     return problems
+
+
+def is_static_copy(output: Any) -> bool:
+    """An output that is a widget's static copy: the HTML caption panel.py writes beneath the copy's figures."""
+    return STATIC_CLASS in str(output.get("data", {}).get("text/html", ""))
+
+
+def widgets_without_static(nb: Any) -> list[str]:
+    """Each widget output of an executed notebook with no static copy after it in its cell (before the cell's next
+    widget output), as 'cell N (In [c]): output M'. A widget output that carries its own image (an ipympl figure)
+    is its own static copy."""
+    missing = []
+    for n, cell in enumerate(nb.cells):
+        waiting: int | None = None  # the output index of a widget still without its static copy
+        for m, output in enumerate(cell.get("outputs", [])):
+            data = output.get("data", {})
+            if WIDGET_VIEW in data and not any(k.startswith("image/") for k in data):
+                if waiting is not None:
+                    missing.append((n, cell.get("execution_count"), waiting))
+                waiting = m
+            elif waiting is not None and is_static_copy(output):
+                waiting = None
+        if waiting is not None:
+            missing.append((n, cell.get("execution_count"), waiting))
+    return [f"cell {n} (In [{count}]): output {m} is a widget with no static copy after it" for n, count, m in missing]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -91,24 +91,35 @@ def link_prose(text: str, page_chapter: str, chapters: dict[str, str], prefix: s
     return _outside_protected(text, lambda part: _CHAPTER.sub(chapter, _CITATION.sub(cite, part)))
 
 
+#: Where `make lab` serves the chapters: JupyterLab's default port, with course/ as the server's root.
+LOCAL_LAB = "http://localhost:8888/lab/tree/"
+
+
+def launch_links(name: str, binder_repo: str | None) -> str:
+    """How to run chapter `name` live: on Binder (when the repository is known) and always in a local `make lab`."""
+    local = (f"run `make lab` in a clone of the repository and open [{name} in that JupyterLab]({LOCAL_LAB}{name}) "
+             f"(port 8888 unless it was taken: `make lab` prints its address; a first visit asks for the token it "
+             f"prints)")
+    if not binder_repo:
+        return local
+    url = f"https://mybinder.org/v2/gh/{binder_repo}/HEAD?urlpath=lab/tree/course/{name}"
+    return f"[launch it on Binder]({url}) ({binder_repo}), or {local}"
+
+
 def _banner(nb: nbformat.NotebookNode, name: str, binder_repo: str | None) -> str:
     """Where this page's results come from, and where to run it live."""
     meta = nb.metadata.get("dsgd_teach", {})
     ran = (f"executed by `make course` in {meta.get('mode', 'full')} mode on {meta.get('executed_at', '?')}, on "
            f"{meta.get('machine', 'an unrecorded machine')}") if meta else "executed by `make course`"
-    live = f"`make lab` and open `course/{name}`"
-    if binder_repo:
-        url = f"https://mybinder.org/v2/gh/{binder_repo}/HEAD?urlpath=lab/tree/course/{name}"
-        live = f"[launch it on Binder]({url}) or run {live}"
-    else:
-        live = f"run {live} (the repository's `binder/` folder also sets it up on Binder)"
-    return (f":::{{admonition}} Results from a real run\n:class: note dsgd-run-banner\n\nThis page is the chapter {ran}: every "
-            f"figure, table and number below is what that run produced. Widget panels show a static figure of their "
-            f"run; to use them live, {live}. Symbols follow the [notation page](NOTATION.md).\n:::")
+    return (f":::{{admonition}} Results from a real run\n:class: note dsgd-run-banner\n\nThis page is the chapter "
+            f"{ran}: every figure, table and number below is what that run produced. Widget panels show a static figure "
+            f"of their run; to use them live, {launch_links(name, binder_repo)}. Symbols follow the [notation page](NOTATION.md)."
+            f"\n:::")
 
 
 def stage_chapter(executed: Path, out_dir: Path, chapters: dict[str, str], binder_repo: str | None) -> Path:
-    """An executed chapter with its banner, linked prose, and each live widget output replaced by a pointer."""
+    """An executed chapter with its banner, linked prose, and each live widget output replaced by a pointer to the
+    static copy that follows it (book_check.widgets_without_static checks that one does)."""
     nb = nbformat.read(executed, as_version=4)
     nb.metadata.pop("widgets", None)  # saved widget state makes MyST-NB load the widget manager from a CDN
     number = executed.name[:2]
@@ -123,8 +134,8 @@ def stage_chapter(executed: Path, out_dir: Path, chapters: dict[str, str], binde
             if images:  # an ipympl figure carries a PNG of itself: show that
                 output["data"] = {**images, "text/plain": data.get("text/plain", "")}
             else:
-                output["data"] = {"text/markdown": "*(A live widget panel: it runs in the notebook. Its static "
-                                                   "figure follows.)*"}
+                output["data"] = {"text/markdown": "*(A live widget: it runs in the notebook. Its static copy "
+                                                   "follows.)*"}
     nb.cells.insert(1, nbformat.v4.new_markdown_cell(_banner(nb, executed.name, binder_repo)))
     target = out_dir / executed.name
     nbformat.write(nb, target)

@@ -1,8 +1,9 @@
 """The course as a book: built from this run's executed chapters, opened in Chromium, every link resolving.
 
 The chapters come from tests/book_support.py's folder (test_browser.py leaves its full-mode runs there, read from
-JupyterLab); those this run has not executed yet are executed here in smoke mode. A last test breaks a copy of the
-book and shows that the checks catch it.
+JupyterLab); those this run has not executed yet are executed here in smoke mode. A test breaks a copy of the book
+and shows that the checks catch it. Without a book: every widget a notebook shows leaves a static copy when executed
+for the book, and each chapter's launch links (Binder from the origin remote, a local `make lab`) are right.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import contextlib
 import functools
 import re
 import shutil
+import subprocess
 import sys
 import threading
 import time
@@ -23,11 +25,11 @@ import pytest
 from book_support import executed_dir
 from browser_support import chromium, chromium_missing_reason
 
-from dsgd_teach.book import build, stale_chapters
-from dsgd_teach.book_check import broken_links
+from dsgd_teach.book import build, default_binder_repo, github_repo, stale_chapters
+from dsgd_teach.book_check import WIDGET_VIEW, broken_links, widgets_without_static
+from dsgd_teach.book_sources import LOCAL_LAB, ROOT, stage_chapter
 from dsgd_teach.course_runner import chapters, execute
 
-pytestmark = [pytest.mark.notebook, pytest.mark.browser]
 BINDER_REPO = "example-org/dsgd-teach"
 CHAPTER_PAGES = [p.with_suffix(".html").name for p in chapters()]
 
@@ -82,7 +84,7 @@ PAGE_STATE = """() => ({
   snapshots: document.querySelectorAll('.dsgd-panel-snapshot').length,
   snapshot_errors: document.querySelectorAll('.dsgd-panel-snapshot.dsgd-error').length,
   banner: (document.querySelector('.dsgd-run-banner') || {}).innerText || '',
-  binder: document.querySelectorAll('a[href^="https://mybinder.org/"]').length,
+  launch: [...document.querySelectorAll('.dsgd-run-banner a')].map(a => a.getAttribute('href')),
   notation: document.querySelectorAll('a[href^="NOTATION.html"]').length,
   citations: document.querySelectorAll('a[href^="bibliography.html#"]').length,
 })"""
@@ -106,7 +108,7 @@ def open_page(context, base: str, name: str) -> tuple[dict, list[str]]:
 
 
 def expected_outputs(executed: Path, page: str) -> tuple[int, int]:
-    """(figures, panel snapshots) the executed chapter holds: the page must show as many."""
+    """(figures, static copies of widgets) the executed chapter holds: the page must show as many."""
     nb = nbformat.read(executed / page.replace(".html", ".ipynb"), as_version=4)
     outputs = [o for c in nb.cells for o in c.get("outputs", [])]
     figures = sum(1 for o in outputs if any(k.startswith("image/") for k in o.get("data", {})))
@@ -118,28 +120,33 @@ def chapter_problems(context, base: str, executed: Path, page: str) -> list[str]
     """What is wrong with one chapter page: load errors, broken figures, unrendered math, missing pieces."""
     state, problems = open_page(context, base, page)
     figures, snapshots = expected_outputs(executed, page)
-    nb = nbformat.read(executed / page.replace(".html", ".ipynb"), as_version=4)
-    widgets = sum(1 for c in nb.cells for o in c.get("outputs", [])  # panels: widgets without a PNG of their own
-                  if "application/vnd.jupyter.widget-view+json" in o.get("data", {})
-                  and not any(k.startswith("image/") for k in o.get("data", {})))
+    notebook = page.replace(".html", ".ipynb")
+    nb = nbformat.read(executed / notebook, as_version=4)
+    problems += widgets_without_static(nb)  # every widget output, each with its own static copy after it
     broken = [src for src, ok in state["images"] if not ok]
     problems += [f"broken image {src}" for src in broken]
     if len(state["images"]) < figures:
         problems.append(f"{len(state['images'])} images shown, the executed chapter has {figures}")
     if state["rendered"] < state["math"]:
         problems.append(f"{state['math'] - state['rendered']} of {state['math']} equations not rendered")
-    if widgets and (snapshots < 1 or state["snapshots"] < snapshots):
-        problems.append(f"{widgets} widget outputs, {snapshots} panel snapshots run, {state['snapshots']} shown")
+    if state["snapshots"] < snapshots:
+        problems.append(f"{snapshots} static copies of widgets in the executed chapter, {state['snapshots']} shown")
     if state["snapshot_errors"]:
         problems.append(f"{state['snapshot_errors']} panel snapshot(s) show an error")
     machine = nb.metadata["dsgd_teach"]["machine"]
     if machine not in state["banner"] or nb.metadata["dsgd_teach"]["executed_at"] not in state["banner"]:
         problems.append(f"the banner does not name the machine and date: {state['banner']!r}")
-    if not state["binder"] or not state["notation"]:
-        problems.append(f"no Binder launch link ({state['binder']}) or notation link ({state['notation']})")
+    binder = f"https://mybinder.org/v2/gh/{BINDER_REPO}/HEAD?urlpath=lab/tree/course/{notebook}"
+    for link in (binder, f"{LOCAL_LAB}{notebook}"):
+        if link not in state["launch"]:
+            problems.append(f"the banner has no launch link {link}: {state['launch']}")
+    if not state["notation"]:
+        problems.append("no notation link")
     return [f"{page}: {p}" for p in problems]
 
 
+@pytest.mark.notebook
+@pytest.mark.browser
 @pytest.mark.timeout(1800)
 def test_every_page_loads_in_chromium_with_its_figures_and_equations(book, tmp_path):
     if reason := chromium_missing_reason():
@@ -164,6 +171,8 @@ def test_every_page_loads_in_chromium_with_its_figures_and_equations(book, tmp_p
     assert citations, "no page links a citation to the bibliography"
 
 
+@pytest.mark.notebook
+@pytest.mark.browser
 @pytest.mark.timeout(300)
 def test_link_checker_finds_no_broken_internal_links(book):
     html: Path = book["html"]
@@ -176,6 +185,8 @@ def test_link_checker_finds_no_broken_internal_links(book):
             assert f'id="{anchor}"' in bibliography, (page, anchor)
 
 
+@pytest.mark.notebook
+@pytest.mark.browser
 @pytest.mark.timeout(300)
 def test_search_finds_a_chapter(book, tmp_path):
     if reason := chromium_missing_reason():
@@ -188,6 +199,8 @@ def test_search_finds_a_chapter(book, tmp_path):
     assert any(h.startswith("02_hogwild.html") for h in hits), hits
 
 
+@pytest.mark.notebook
+@pytest.mark.browser
 @pytest.mark.timeout(600)
 def test_the_checks_fail_on_a_broken_book(book, tmp_path):
     """A figure file gone and a cross-reference pointing nowhere: the link checker and the page check both say so."""
@@ -217,6 +230,7 @@ PANEL_NOTEBOOK = [
 ]
 
 
+@pytest.mark.notebook
 @pytest.mark.timeout(300)
 def test_a_panel_leaves_a_static_figure_of_its_run_when_executed(tmp_path):
     source = tmp_path / "panel.ipynb"
@@ -228,3 +242,95 @@ def test_a_panel_leaves_a_static_figure_of_its_run_when_executed(tmp_path):
     assert len(outputs) == 3 and "image/png" in kinds[1], kinds
     caption = outputs[2].data["text/html"]
     assert "dsgd-panel-snapshot" in caption and "Done in" in caption and "final_train_loss" in caption, caption
+
+
+WIDGET_NOTEBOOK = [
+    "from dsgd_teach.sharded.fit_widget import fit_widget\nfit_widget()",
+    "from dsgd_teach.collectives.ringviz import ring_stepper\nring_stepper(n=3, k=7)",
+    "import ipywidgets as widgets\nimport dsgd_teach.panel\n"
+    "widgets.VBox([widgets.IntSlider(value=3, description='x'),\n"
+    "              widgets.HTML('<table><tr><td>a cell</td></tr></table>')])",
+]
+
+
+@pytest.mark.notebook
+@pytest.mark.timeout(300)
+def test_every_widget_a_notebook_shows_leaves_a_static_copy_when_executed_for_the_book(tmp_path):
+    """Chapter 09's will-it-fit calculator leaves its table, chapter 05's ring stepper all its steps, any other widget
+    a cell shows (chapter 10's ranking) its pictures, HTML and settings; executed without snapshots, none does and
+    the book's check names each widget."""
+    source = tmp_path / "widgets.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in WIDGET_NOTEBOOK]), source)
+    execute(source, tmp_path / "plain", timeout_s=240, html=False, snapshots=False)
+    plain = nbformat.read(tmp_path / "plain" / source.name, as_version=4)
+    assert len(widgets_without_static(plain)) == 3, widgets_without_static(plain)
+    execute(source, tmp_path / "book", timeout_s=240, html=False, snapshots=True)
+    nb = nbformat.read(tmp_path / "book" / source.name, as_version=4)
+    assert widgets_without_static(nb) == []
+    kinds = [[sorted(o.get("data", {})) for o in cell.outputs] for cell in nb.cells]
+    assert all(WIDGET_VIEW in cell[0] for cell in kinds), kinds
+    fit, ring, other = (cell.outputs[-1].data["text/html"] for cell in nb.cells)
+    assert "total per GPU" in fit and "model = &#x27;7B&#x27;" in fit, fit
+    assert "image/png" in kinds[1][1] and "all its 4 steps" in ring, (kinds, ring)
+    assert "x = 3" in other and "a cell" in other, other
+
+
+def _notebook(*cells: list[dict]) -> nbformat.NotebookNode:
+    return nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("", outputs=outputs) for outputs in cells])
+
+
+def test_the_static_copy_check_names_each_widget_without_one():
+    widget = nbformat.v4.new_output("display_data", {WIDGET_VIEW: {"model_id": "m"}, "text/plain": "VBox()"})
+    figure = nbformat.v4.new_output("display_data", {"image/png": "iVBORw0KGgo="})
+    caption = nbformat.v4.new_output("display_data", {"text/html": "<div class='dsgd-panel-snapshot'>..</div>"})
+    ipympl = nbformat.v4.new_output("display_data", {WIDGET_VIEW: {"model_id": "c"}, "image/png": "iVBORw0KGgo="})
+    assert widgets_without_static(_notebook([widget, figure, caption], [widget, figure, caption, figure, caption],
+                                            [ipympl])) == []
+    assert widgets_without_static(_notebook([widget, widget, figure, caption])) == [
+        "cell 0 (In [None]): output 0 is a widget with no static copy after it"]
+    assert len(widgets_without_static(_notebook([widget, figure], [caption]))) == 1  # a later cell's copy is not its
+    assert len(widgets_without_static(_notebook([caption, widget]))) == 1  # nor one before it
+
+
+def _git(repo: Path, *args: str) -> None:
+    subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
+
+
+def _banner(tmp_path: Path, binder_repo: str | None) -> str:
+    """The launch sentence of chapter 05's page, staged from a small executed copy."""
+    executed = tmp_path / "executed" / "05_allreduce.ipynb"
+    executed.parent.mkdir(exist_ok=True)
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# Allreduce")]), executed)
+    staged = stage_chapter(executed, tmp_path, {"05": executed.name}, binder_repo)
+    return nbformat.read(staged, as_version=4).cells[1].source
+
+
+def test_launch_links_come_from_the_origin_remote_else_a_local_lab(tmp_path, monkeypatch):
+    """No network: the remote is only named. A GitHub origin (or BINDER_REPO) gives each chapter a Binder link to its
+    notebook; without one, each chapter links to itself in the JupyterLab `make lab` starts, and says how."""
+    monkeypatch.delenv("BINDER_REPO", raising=False)
+    repo = tmp_path / "clone"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    assert default_binder_repo(repo) is None
+    local = _banner(tmp_path, default_binder_repo(repo))
+    assert "mybinder.org" not in local and f"]({LOCAL_LAB}05_allreduce.ipynb)" in local and "`make lab`" in local, local
+    _git(repo, "remote", "add", "origin", "git@github.com:someone/dsgd-teach.git")
+    assert default_binder_repo(repo) == "someone/dsgd-teach"
+    binder = _banner(tmp_path, default_binder_repo(repo))
+    assert "(https://mybinder.org/v2/gh/someone/dsgd-teach/HEAD?urlpath=lab/tree/course/05_allreduce.ipynb)" in binder
+    assert f"]({LOCAL_LAB}05_allreduce.ipynb)" in binder, binder
+    monkeypatch.setenv("BINDER_REPO", "lecturer/fork")
+    assert default_binder_repo(repo) == "lecturer/fork"
+    _git(repo, "remote", "set-url", "origin", "https://gitlab.com/someone/dsgd-teach.git")
+    monkeypatch.delenv("BINDER_REPO")
+    assert default_binder_repo(repo) is None  # Binder's gh/ launcher: GitHub only
+    urls = ("https://github.com/a/b", "https://github.com/a/b.git/", "ssh://git@github.com/a/b.git")
+    assert [github_repo(u) for u in urls] == ["a/b"] * 3
+
+
+def test_the_local_lab_link_is_where_make_lab_serves_the_chapters():
+    """`make lab` serves course/ as the server's root on JupyterLab's default port: LOCAL_LAB + chapter opens it."""
+    lab = re.search(r"^lab:.*?(?=^\S)", (ROOT / "Makefile").read_text(), re.S | re.M).group(0)
+    assert "--ServerApp.root_dir=course" in lab and not re.search(r"--(ServerApp\.)?port", lab), lab
+    assert LOCAL_LAB == "http://localhost:8888/lab/tree/"

@@ -7,6 +7,7 @@ It is driven by a message list: the planned `ring_schedule`, or the messages a r
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Sequence
 from typing import Any
 
@@ -103,12 +104,34 @@ def ring_png(n: int, k: int, step: int, messages: Sequence[dict[str, Any]] | Non
     return buf.getvalue()
 
 
+def ring_steps_png(n: int, k: int, messages: Sequence[dict[str, Any]] | None = None, columns: int = 3) -> bytes:
+    """Every step of the ring, the inputs first, side by side in one PNG (the stepper's static copy)."""
+    import io
+
+    from matplotlib.figure import Figure
+
+    steps = 2 * (n - 1) + 1
+    rows = math.ceil(steps / columns)
+    fig = Figure(figsize=(4.6 * min(steps, columns), 4.8 * rows), dpi=72)
+    for step in range(steps):
+        ax = fig.add_subplot(rows, min(steps, columns), step + 1)
+        draw_ring_step(ax, n, k, step, messages)
+        ax.set_title(textwrap.fill(ax.get_title(), 44), fontsize=9)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", bbox_inches="tight")
+    return buf.getvalue()
+
+
 def ring_stepper(n: int = 4, k: int = 10, messages: Sequence[dict[str, Any]] | None = None):  # noqa: ANN201
     """A widget: a slider (and play button) stepping through the ring's 2(n-1) steps, redrawing the chunks.
 
-    Each step is rendered to a PNG shown in an Image widget, so it works in any front end (and headless).
+    Each step is rendered to a PNG shown in an Image widget, so it works in any front end (and headless). Executed
+    for the book, every step also stays beneath it as one static figure (ring_steps_png).
     """
     import ipywidgets as widgets
+    from IPython.display import HTML, Image
+
+    from ..panel import leave_static, static_caption
 
     slider = widgets.IntSlider(value=0, min=0, max=2 * (n - 1), description="step", continuous_update=False)
     play = widgets.Play(value=0, min=0, max=2 * (n - 1), interval=1200, description="play")
@@ -119,4 +142,11 @@ def ring_stepper(n: int = 4, k: int = 10, messages: Sequence[dict[str, Any]] | N
         image.value = ring_png(n, k, change["new"], messages)
 
     slider.observe(redraw, names="value")
-    return widgets.VBox([widgets.HBox([play, slider]), image])
+
+    def static() -> list[Any]:  # for the book: the slider's every position at once
+        what = f"all its {2 * (n - 1)} steps, the inputs first"
+        source = {"n": n, "k": k, "messages": "the planned ring_schedule" if messages is None else "a run's trace"}
+        return [Image(data=ring_steps_png(n, k, messages), format="png"),
+                HTML(static_caption("The ring allreduce, step by step", what, source))]
+
+    return leave_static(widgets.VBox([widgets.HBox([play, slider]), image]), "The ring allreduce", static)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import ipywidgets as widgets
+from IPython.display import HTML
 
+from ..panel import leave_static, static_caption
 from .fit import Model, will_it_fit
 
 #: Shapes of GPT-style models (layers, hidden, heads) from 125M to 70B parameters.
@@ -28,7 +30,8 @@ def fit_table(model: str, n: int, stage: int, precision: str, microbatch: int, s
 
 
 def fit_widget() -> widgets.VBox:
-    """Controls and a live table: memory per GPU and bytes per step for the chosen set-up."""
+    """Controls and a live table: memory per GPU and bytes per step for the chosen set-up (executed for the book, the
+    table of its initial settings also stays beneath it)."""
     controls = {
         "model": widgets.Dropdown(options=list(MODELS), value="7B", description="model"),
         "n": widgets.SelectionSlider(options=[2**i for i in range(11)], value=8, description="GPUs N"),
@@ -47,4 +50,10 @@ def fit_widget() -> widgets.VBox:
     for w in controls.values():
         w.observe(update, names="value")
     update()
-    return widgets.VBox([widgets.HBox(list(controls.values())[:4]), widgets.HBox(list(controls.values())[4:]), out])
+    box = widgets.VBox([widgets.HBox(list(controls.values())[:4]), widgets.HBox(list(controls.values())[4:]), out])
+
+    def static() -> list[HTML]:  # for the book: the table of the settings the cell left
+        settings = {w.description: w.value for w in controls.values()}
+        return [HTML(static_caption("Will it fit?", "the calculator's table", settings, out.value))]
+
+    return leave_static(box, "Will it fit?", static)
