@@ -5,6 +5,7 @@ points earned, the cut-off, extra days per student), bad values refused naming t
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
 
@@ -96,3 +97,33 @@ def test_submission_time(tmp_path):
     assert submitted_at(nb) == datetime(2026, 11, 30, 8, 0, tzinfo=timezone.utc)  # no timestamp.txt: mtime
     (nb.parent / "timestamp.txt").write_text("2026-12-02 10:00:00.000000 UTC")
     assert submitted_at(nb) == datetime(2026, 12, 2, 10, 0, tzinfo=timezone.utc)
+
+
+def test_gradescope_late_policy_without_due_takes_gradescopes_due_date(tmp_path, monkeypatch):
+    """`dsgd-teach gradescope --late-penalty/--late-cutoff-days/--extensions` without --due: the zip holds the
+    policy and no due date, and each run takes the due date from Gradescope's submission metadata."""
+    import json
+    import zipfile
+
+    from dsgd_teach.grading import gradescope_cli
+    from dsgd_teach.grading.gradescope import CONFIG, late_policy
+
+    monkeypatch.setattr(gradescope_cli, "requirements", lambda nb: ["numpy==1"])  # not what this test is about
+    source = Path(__file__).resolve().parents[1] / "course" / "assignments" / "source"
+    (tmp_path / "ext.csv").write_text("student,days\nann@uni.edu,1\n")
+    out = tmp_path / "ag.zip"
+    assert gradescope_cli.main(["ps01_sgd", "--out", str(out), "--source", str(source), "--late-penalty", "0.1",
+                                "--late-cutoff-days", "5", "--extensions", str(tmp_path / "ext.csv")]) == 0
+    with zipfile.ZipFile(out) as zf:
+        config = json.loads(zf.read(CONFIG))
+    assert config["due"] is None and config["late_penalty"] == 0.1 and config["late_cutoff_days"] == 5
+    assert config["extensions"] == {"ann@uni.edu": 1.0}
+    meta = {"assignment": {"due_date": "2026-12-01T23:59:00.000000-00:00"}}
+    policy = late_policy(config, meta)
+    assert policy is not None and policy.due == DUE
+    assert total(policy.apply(GRADES, DUE + timedelta(days=1, seconds=1), "bob@uni.edu")) == 3.2
+    assert total(policy.apply(GRADES, DUE + timedelta(hours=20), "ann@uni.edu")) == 4.0  # within her extra day
+    assert total(policy.apply(GRADES, DUE + timedelta(days=6), "bob@uni.edu")) == 0.0  # past the cut-off
+    assert late_policy(config, {}) is None  # no due date anywhere: no penalty
+    # The zip's own --due wins over Gradescope's.
+    assert late_policy({**config, "due": "2026-12-03T00:00+00:00"}, meta).due == DUE + timedelta(days=1, minutes=1)

@@ -112,13 +112,24 @@ def over_limit(meta: dict[str, Any], per_day: int) -> dict[str, Any] | None:
             "extra_data": {"dsgd_graded": False, "rate_limited": True}}
 
 
-def find_notebook(folder: Path) -> Path | None:
-    """The submitted notebook: the first regular *.ipynb file in the folder or one level below (no link)."""
-    for pattern in ("*.ipynb", "*/*.ipynb"):
-        for path in sorted(folder.glob(pattern)):
-            if safeio.lstat_kind(path) == "regular file" and ".ipynb_checkpoints" not in path.parts:
-                return path
-    return None
+def find_notebook(folder: Path, assignment: str | None = None) -> Path | None:
+    """The submitted notebook, a regular *.ipynb file (no link) in the folder or one level below: the one named
+    after the assignment (e.g. ps01_sgd.ipynb beside an Untitled.ipynb) if there is one, else the first."""
+    found = [path for pattern in ("*.ipynb", "*/*.ipynb") for path in sorted(folder.glob(pattern))
+             if safeio.lstat_kind(path) == "regular file" and ".ipynb_checkpoints" not in path.parts]
+    named = [path for path in found if assignment is not None and path.stem == assignment]
+    return (named or found or [None])[0]
+
+
+def late_policy(config: dict[str, Any], meta: dict[str, Any]) -> deadlines.LatePolicy | None:
+    """The run's late policy: the zip's due date, else Gradescope's (the metadata's assignment.due_date), with the
+    zip's penalty, cutoff and extensions; None when neither names a due date."""
+    assignment = meta.get("assignment") if isinstance(meta.get("assignment"), dict) else {}
+    due = config.get("due") or assignment.get("due_date")
+    if not due:
+        return None
+    return deadlines.LatePolicy(deadlines.parse_time(str(due)), float(config.get("late_penalty") or 0.0),
+                                config.get("late_cutoff_days"), config.get("extensions") or {})
 
 
 def grade_notebook(path: Path, assignment: Assignment, limits: Limits, seed: int, protected: list[str],
@@ -230,7 +241,7 @@ def run(root: Path) -> int:
     sandbox = container.select(False, _container_switch(config))
     assignment = load_assignment(root / "source" / "assignments" / config["assignment"] /
                                  f"{config['assignment']}.ipynb")
-    notebook = find_notebook(root / "submission")
+    notebook = find_notebook(root / "submission", config["assignment"])
     try:
         container.require() if sandbox == "container" else bubblewrap.require()
     except bubblewrap.SandboxUnavailable as exc:
@@ -258,10 +269,8 @@ def run(root: Path) -> int:
                 _write(root, refusal_doc(why, time.monotonic() - t0))
                 print(f"error: {why}", file=sys.stderr)
                 return 1
-    if config.get("due") or meta.get("assignment", {}).get("due_date"):
-        policy = deadlines.LatePolicy(deadlines.parse_time(config.get("due") or meta["assignment"]["due_date"]),
-                                      float(config.get("late_penalty", 0.0)), config.get("late_cutoff_days"),
-                                      config.get("extensions", {}))
+    policy = late_policy(config, meta)
+    if policy is not None:
         submitted = _time(meta.get("created_at")) or datetime.now(policy.due.tzinfo)
         grades = policy.apply(grades, submitted, *student_keys(meta))
     doc = results_doc(assignment, grades, reference, result, Redactor.for_assignment(assignment, seed), sandbox,

@@ -200,6 +200,12 @@ def main(argv: list[str]) -> int:
         print("error: assignment sources not found; pass --source DIR", file=sys.stderr)
         return 2
     try:
+        # Without --due, the due date is Gradescope's own (submission_metadata.json's assignment.due_date, read
+        # per run); the penalty, cutoff and extensions given here apply to it.
+        late_only = args.due is None and bool(args.late_penalty or args.late_cutoff_days is not None or
+                                              args.extensions is not None)
+        if late_only:
+            args.due = "1970-01-01T00:00+00:00"  # a stand-in, to check the values and read the extensions
         policy = policy_of(args)
         if args.max_runs_per_day is not None and args.max_runs_per_day < 1:
             raise ValueError(f"--max-runs-per-day must be at least 1, got {args.max_runs_per_day}")
@@ -207,7 +213,7 @@ def main(argv: list[str]) -> int:
                   "limits": {"timeout_s": args.timeout, "memory_mb": args.memory_mb, "cpu_s": 600,
                              "notebook_s": args.notebook_s}}
         if policy is not None:
-            config.update(due=policy.due.isoformat(), late_penalty=policy.penalty_per_day,
+            config.update(due=None if late_only else policy.due.isoformat(), late_penalty=policy.penalty_per_day,
                           late_cutoff_days=policy.cutoff_days, extensions=dict(policy.extensions))
         names = build(args.assignment, source, args.out, config)
     except (ValueError, OSError) as exc:
