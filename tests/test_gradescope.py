@@ -1,10 +1,12 @@
 """Gradescope's route and container mode, with namespaces denied for real (tests/docker_seccomp.py denies unshare,
 setns, mount and namespace clones as Docker's default profile does): the zip built by `dsgd-teach gradescope`,
 unpacked into an empty /autograder-shaped folder, its setup.sh run (with this machine's Python instead of apt and
-a virtualenv) and run_autograder run for the reference solution (late, with an extension) and an attacker;
-results.json checked against Gradescope's specification, with no hidden-test text in any field; container mode
-switched off refuses; the resubmission limit reports the last score; and a local `dsgd-teach grade
---container-mode` batch (stub, attackers, deadlines and extensions) under the same denial.
+a virtualenv; its self-test grades the reference once, and fails on a notebook the image cannot run) and
+run_autograder run for the reference solution (late, with an extension), the released stub, an attacker and a
+flagged attacker; results.json checked against Gradescope's specification, with no hidden-test text in any field;
+container mode switched off refuses; the resubmission limit reports the last score; and a local `dsgd-teach grade
+--container-mode` batch (stub, CONTAINER_ATTACKS with their honest points, deadlines and extensions) under the same
+denial. Without root: every assignment's requirements.txt covers its imports, and find_notebook's choice.
 """
 
 from __future__ import annotations
@@ -26,12 +28,23 @@ import jsonschema
 import nbformat
 import pytest
 
-from dsgd_teach.grading.gradescope import over_limit
+from dsgd_teach.grading.gradescope import find_notebook, over_limit
 from dsgd_teach.grading.gradescope_cli import TORCH_CPU_INDEX, build, requirements
 from dsgd_teach.grading.notebook import HIDDEN_BEGIN, HIDDEN_END
 
 sys.path.insert(0, str(Path(__file__).parent))
-from grading_attacks import write_submission  # noqa: E402
+from grading_attacks import FLAGGED, HONEST_POINTS, MARKER, write_submission  # noqa: E402
+
+# The hostile class's attacks graded in container mode (tests/test_grading_hostile.py grades all of them under
+# bubblewrap): those that container mode's missing PID, mount and network namespaces could let through (reading
+# /proc and the batch's folders from a child, killing a neighbour's processes, detaching, planting files), a flagged
+# one, one with honest points, and the user-namespace, memfd and keyring escapes. Left out for time: budget,
+# watch_spin, overrun and kill_own_worker each wait out a time limit, and so does forged_reports here (its writes to
+# every descriptor stall its run until --notebook-s, 180 s with the grace, then it scores 0); the notebook-level
+# ones (parse_bomb, newer_schema, duplicate_test, metadata_chaos, malformed_reports, flood_after_denial,
+# monkeypatch_thread) are decided before or after any sandbox runs, the same in every mode.
+CONTAINER_ATTACKS = ("theft_child", "read_proc", "kill_pids", "detached", "plant", "echo_hidden", "flood", "memory",
+                     "keyring")
 
 REPO = Path(__file__).resolve().parents[1]
 SOURCES = REPO / "course" / "assignments" / "source"
@@ -123,6 +136,13 @@ def test_requirements_cover_every_import_of_every_assignment(tmp_path):
         assert re.search(r"^torch==[\d.]+\+cpu$", text, re.M) and re.search(r"^numpy==", text, re.M), text
 
 
+def _cmdline_has(pid: str, text: str) -> bool:
+    try:
+        return text.encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
 def _first_private_folder(path: Path) -> Path | None:
     """The first folder on the way to path that other users cannot enter (no o+x), or None."""
     for folder in [*reversed(path.resolve().parents), path.resolve()]:
@@ -206,6 +226,20 @@ def meta(created: str, previous: list | None = None) -> dict:
             "users": [{"email": "ann@uni.edu", "id": 7, "name": "Ann"}], "previous_submissions": previous or []}
 
 
+def test_find_notebook_prefers_the_assignments_name(tmp_path):
+    """A submission with an Untitled.ipynb beside (or above) ps01_sgd.ipynb is graded as ps01_sgd.ipynb; with no
+    notebook of that name, the first one."""
+    (tmp_path / "Untitled.ipynb").write_text("{}")
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "ps01_sgd.ipynb").write_text("{}")
+    assert find_notebook(tmp_path, "ps01_sgd") == tmp_path / "work" / "ps01_sgd.ipynb"
+    (tmp_path / "ps01_sgd.ipynb").write_text("{}")
+    assert find_notebook(tmp_path, "ps01_sgd") == tmp_path / "ps01_sgd.ipynb"
+    assert find_notebook(tmp_path, "ps02_hogwild") == tmp_path / "Untitled.ipynb"
+    (tmp_path / "link.ipynb").symlink_to(tmp_path / "ps01_sgd.ipynb")
+    assert find_notebook(tmp_path, "link") == tmp_path / "Untitled.ipynb"  # a link is never read
+
+
 @needs_root
 def test_setup_fails_where_the_image_cannot_grade(site):
     """setup.sh's self-test grades the reference once: a zip whose notebook imports a module the image lacks (as
@@ -260,6 +294,20 @@ def test_gradescope_route_in_container_mode(site, root):
     assert_valid(doc)
     assert doc["score"] == 0.0 and all(t["score"] <= 0 for t in doc["tests"]), doc
 
+    # The released stub: nothing, and each question's visible checks say why.
+    rc, doc, log = submit(site, root, "stub", meta("2026-12-01T12:00:00+00:00"))
+    assert rc == 0, log
+    assert_valid(doc)
+    assert doc["score"] == 0.0 and doc["extra_data"]["flags"] == [], doc
+    assert all(t["status"] == "failed" and "NotImplementedError" in t["output"] for t in doc["tests"]
+               if t["number"].endswith(".1")), doc
+
+    # A flagged attack (it echoes what it can of the hidden tests into its reports): 0, flagged, nothing leaked.
+    rc, doc, log = submit(site, root, "echo_hidden", meta("2026-12-01T12:00:00+00:00"))
+    assert rc == 0, log
+    assert_valid(doc)
+    assert doc["score"] == 0.0 and [f for f in doc["extra_data"]["flags"] if f.startswith("FLAGGED")], doc
+
     # Container mode switched off: the same run refuses, and says why.
     rc, doc, log = submit(site, root, "good", meta("2026-12-01T12:00:00+00:00"), DSGD_GRADING_CONTAINER="0")
     assert rc == 1 and doc["score"] == 0.0 and doc["extra_data"]["dsgd_graded"] is False
@@ -289,13 +337,14 @@ def test_resubmission_limit(site, root):
 @needs_root
 def test_local_batch_in_container_mode(site, root):
     """`dsgd-teach grade --container-mode` with namespaces denied: the reference late (a penalty), the reference
-    with an extension (none), a stub and attackers (0), every row saying how it was isolated."""
+    with an extension (none), a stub (0) and CONTAINER_ATTACKS (their honest points only, the flagged one flagged,
+    nothing of theirs left running), every row saying how it was isolated."""
     work = Path(tempfile.mkdtemp(prefix="gs-batch-", dir="/tmp"))
     try:
         shutil.copytree(SOURCE.parent, work / "source" / "ps01_sgd")
         subs = work / "subs"
-        for student, kind in (("late", "good"), ("extended", "good"), ("stub", "stub"), ("theft", "theft_child"),
-                              ("detached", "detached")):
+        for student, kind in (("late", "good"), ("extended", "good"), ("stub", "stub"),
+                              *((a, a) for a in CONTAINER_ATTACKS)):
             write_submission(SOURCE, subs / student / "ps01_sgd" / "ps01_sgd.ipynb", kind)
         for student in ("late", "extended"):
             (subs / student / "ps01_sgd" / "timestamp.txt").write_text("2026-12-02 10:00:00.000000 UTC")
@@ -316,7 +365,12 @@ def test_local_batch_in_container_mode(site, root):
         assert proc.returncode == 0, proc.stdout + proc.stderr
         rows = list(csv.DictReader((work / "out" / "grades.csv").open()))
         totals = {s: sum(float(r["points"]) for r in rows if r["student"] == s) for s in {r["student"] for r in rows}}
-        assert totals == {"late": 4.5, "extended": 6.0, "stub": 0.0, "theft": 0.0, "detached": 0.0}
+        honest = {a: sum(HONEST_POINTS.get(a, {}).values()) for a in CONTAINER_ATTACKS}
+        assert totals == {"late": 4.5, "extended": 6.0, "stub": 0.0, **honest}
+        flagged = {r["student"] for r in rows if r["question"] == "(integrity)" and r["reason"].startswith("FLAGGED")}
+        assert FLAGGED & set(CONTAINER_ATTACKS) <= flagged and not flagged & {"late", "extended", "stub"}, flagged
+        survivors = [pid for pid in os.listdir("/proc") if pid.isdigit() and _cmdline_has(pid, MARKER)]
+        assert not survivors, survivors
         assert {r["sandbox"] for r in rows} == {rows[0]["sandbox"]} and "container mode" in rows[0]["sandbox"]
         page = (work / "out" / "feedback" / "ps01_sgd" / "late.html").read_text()
         assert "1 day(s) late" in page and "-1.5" in page
