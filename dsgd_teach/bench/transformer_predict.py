@@ -1,7 +1,7 @@
 """Benchmark for chapter 10: how well the step-time prediction holds, over a sweep of layouts on this machine.
 
 One cluster of 8 single-threaded workers; chapter 10's calibration once (the model's step at two batch sizes, the
-cores, the idle ping-pong and the busy links among 2, 4 and 8 ranks); then each of LAYOUTS (16 layouts of 1 to 8
+cores, the idle ping-pong and the busy α among 2, 4 and 8 ranks); then each of LAYOUTS (16 layouts of 1 to 8
 ranks: data, tensor with and without sequence parallelism, pipeline, context, and their compositions) trains the
 smoke-size GPT for STEPS steps with `transformer.experiment.run`, which predicts before it trains. Quoted:
 step_within_25pct_share_ratio (the share of layouts whose predicted step time is within ±25 % of the measured,
@@ -38,7 +38,7 @@ def measure() -> dict[str, float | str]:
     step_ratios, memory_ratios, loads = [], [], []
     with with_client(8) as client:
         cal = calibrate(client, SMOKE_SHAPE, refresh=True)
-        figures["busy_alpha_ms"] = " ".join(f"{n}:{ab.alpha * 1e3:.2f}" for n, ab in cal.busy_links)
+        figures["busy_alpha_ms"] = " ".join(f"{n}:{alpha * 1e3:.2f}" for n, alpha in cal.busy_alphas)
         for layout in LAYOUTS:
             result = run(TransformerConfig(shape=SMOKE_SHAPE, steps=STEPS, verbose=False, **layout), client)
             table = result.extras.comparison.set_index("quantity")

@@ -1,11 +1,12 @@
-"""The link as a training step meets it: α and β of chapter 05's ring among N ranks that compute between messages.
+"""The latency a training step's messages meet: α of chapter 05's ring among N ranks that compute between messages.
 
 An idle ping-pong (chapter 05) measures the wire: each rank waits for the message with nothing else to do. In a
 training step the ranks compute between collectives, and when N ranks share fewer cores, or the machine runs other
-work, a rank that waits for a message has given its core away and waits again to get it back. That cost is part of
-every message a step sends, so the calibration measures it the same way: N ranks, each doing a small matmul before
-every ring allreduce, at two sizes; the slowest rank's median time per message fits α and β (chapter 05's
-`fit_alpha_beta`).
+work, a rank that waits for a message has given its core away and waits again to get it back. That wait is part of
+every message a step sends, so the calibration measures it the same way: N ranks, each computing for `gap_s` (about
+what a layer computes between two of its collectives) before every small ring allreduce; the slowest rank's median
+time per message, less what the idle link's β charges for its bytes, is the busy α. The wire's β stays the idle
+ping-pong's: waiting costs time per message, not per byte.
 """
 
 from __future__ import annotations
@@ -14,44 +15,37 @@ import statistics
 import time
 from typing import Any
 
-import numpy as np
 import torch
 from distributed import Client
 
 from ..collectives.algorithms import ring_allreduce
-from ..collectives.cost_model import AlphaBeta, fit_alpha_beta
 from ..runtime.ranks import run_group
 from ..runtime.ranks.comm import Comm
 
-#: Elements of the two allreduces timed (4 KiB and 64 KiB of fp32: a small model's activations).
-SIZES = (1024, 16384)
-#: The matmul (n × n) each rank computes before every allreduce.
-WORK_N = 96
+#: Elements of the ring allreduce timed (a small model's activation: its time is nearly all latency).
+ELEMENTS = 1024
 
 
-def busy_ring_rank(ctx: Any, comm: Comm, sizes: tuple[int, ...], work_n: int, repeats: int) -> dict[int, float]:
-    """Median seconds of a ring allreduce of each size on this rank, each after an n × n matmul."""
+def busy_ring_rank(ctx: Any, comm: Comm, elements: int, gap_s: float, repeats: int) -> float:
+    """Median seconds of a ring allreduce of `elements` on this rank, each after gap_s of matmuls."""
     torch.set_num_threads(1)
-    a = torch.randn(work_n, work_n)
-    out = {}
-    for k in sizes:
-        x = torch.randn(k)
-        times = []
-        for _ in range(repeats + 2):  # two warm-up calls
+    a, x = torch.randn(64, 64), torch.randn(elements)
+    times = []
+    for _ in range(repeats + 2):  # two warm-up calls
+        start = time.perf_counter()
+        while time.perf_counter() - start < gap_s:
             a @ a
-            t = time.perf_counter()
-            ring_allreduce(comm, x)
-            times.append(time.perf_counter() - t)
-        comm.take_log()
-        out[k] = statistics.median(times[2:])
-    return out
+        t = time.perf_counter()
+        ring_allreduce(comm, x)
+        times.append(time.perf_counter() - t)
+    comm.take_log()
+    return statistics.median(times[2:])
 
 
-def measure_busy_link(client: Client, ranks: int, timeout_s: float = 60.0, repeats: int = 20,
-                      sizes: tuple[int, ...] = SIZES, work_n: int = WORK_N) -> AlphaBeta:
-    """α and β per message among `ranks` busy ranks: a ring allreduce of K elements is 2(N-1) messages of K/N."""
-    run = run_group(client, ranks, busy_ring_rank, (sizes, work_n, repeats), timeout_s=timeout_s,
+def measure_busy_alpha(client: Client, ranks: int, gap_s: float, beta: float = 0.0, timeout_s: float = 60.0,
+                       repeats: int = 30, elements: int = ELEMENTS) -> float:
+    """Seconds per message among `ranks` busy ranks: a ring allreduce is 2(N-1) messages of K/N elements."""
+    run = run_group(client, ranks, busy_ring_rank, (elements, gap_s, repeats), timeout_s=timeout_s,
                     run_timeout_s=10 * timeout_s)
-    per_message_s = [max(out[k] for out in run.outs) / (2 * (ranks - 1)) for k in sizes]
-    per_message_bytes = [4 * k / ranks for k in sizes]
-    return fit_alpha_beta(np.array(per_message_bytes), np.array(per_message_s))
+    per_message_s = max(run.outs) / (2 * (ranks - 1))
+    return max(0.0, per_message_s - beta * 4 * elements / ranks)

@@ -30,22 +30,23 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Calibration:
-    """One rank's matmul rate and per-layer overhead, the cores the ranks share, and the link's α and β: the idle
-    ping-pong's, and (busy_links) those measured among N ranks that compute between messages, by N."""
+    """One rank's matmul rate and per-layer overhead, the cores the ranks share, and the link: the idle ping-pong's
+    α and β, and (busy_alphas) the α measured among N ranks that compute between messages, by N."""
 
     flops_per_s: float
     overhead_s: float  # seconds per layer and microbatch, forward and backward, beyond the FLOPs
     cores: int
     link: AlphaBeta
-    busy_links: tuple[tuple[int, AlphaBeta], ...] = ()
+    busy_alphas: tuple[tuple[int, float], ...] = ()
 
     def link_for(self, ranks: int) -> AlphaBeta:
-        """The link a step on `ranks` ranks meets: the busy link measured on the most ranks not above `ranks`
-        (the fewest measured when all are above), or the idle ping-pong's when none was measured."""
-        if not self.busy_links:
+        """The link a step on `ranks` ranks meets: the busy α measured on the most ranks not above `ranks` (the
+        fewest measured when all are above) with the wire's β; the idle ping-pong's when none was measured."""
+        if not self.busy_alphas:
             return self.link
-        below = [(n, ab) for n, ab in self.busy_links if n <= ranks]
-        return max(below, key=lambda t: t[0])[1] if below else min(self.busy_links, key=lambda t: t[0])[1]
+        below = [(n, a) for n, a in self.busy_alphas if n <= ranks]
+        n, alpha = max(below) if below else min(self.busy_alphas)
+        return AlphaBeta(alpha, self.link.beta)
 
 
 def time_step(shape: GPTShape, batch: int, repeats: int = 5, seed: int = 0, threads: int = 1) -> float:
@@ -130,8 +131,11 @@ def predict_step(shape: GPTShape, plan: Plan, cal: Calibration) -> dict[str, flo
     compute = (flops_per_step(shape, plan.batch) / n / cal.flops_per_s + cal.overhead_s * layers * m) * share
     bubble = compute * (plan.pp - 1) / m
     wire = cal.link_for(n)
-    comm = {link: wire.alpha * msgs + wire.beta * elements * plan.itemsize
-            for link, (msgs, elements) in worst_messages(shape, plan).items()}
+    # a collective's message is a send and a receive at once; a pipeline stage sends and receives at different
+    # moments (its activations forward, the gradients back), and waits for each: twice the α per message
+    waits = {link: msgs * (2 if link == "pp" else 1) for link, (msgs, _) in worst_messages(shape, plan).items()}
+    comm = {link: wire.alpha * waits[link] + wire.beta * elements * plan.itemsize
+            for link, (_, elements) in worst_messages(shape, plan).items()}
     # the step's loss, one number, summed over the context and data axes (and the tensor axis with sequence
     # parallelism) by a small allreduce on each: its bytes are nothing, its 2(n-1) messages are not
     loss_axes = (plan.cp, plan.dp) + ((plan.tp,) if plan.sequence_parallel else ())

@@ -1,8 +1,8 @@
 """Chapter 10's experiment: predict a layout's step, then train it on the cluster and set the two side by side.
 
 `run(config, client)` calibrates on the cluster once per (cluster, model shape, threads) (the course's own training
-step timed on one rank at two batch sizes, the cores, chapter 05's ping-pong for α and β, and α and β among 2, 4
-and 8 ranks that compute between messages, `busy_link.py`), prints the
+step timed on one rank at two batch sizes, the cores, chapter 05's ping-pong for α and β, and α among 2, 4 and 8
+ranks that compute between messages, `busy_link.py`), prints the
 prediction (step time, bytes each rank sends on each axis, memory each rank holds) before training, trains the
 layout with `composed.run_composed` (every rank's loss, step time, bytes per axis and memory in the trace), and
 prints and returns predicted against measured.
@@ -24,7 +24,7 @@ from ..config import check_bool, sized
 from ..machine import cpu_count
 from ..runtime.clusters.workers import get_workers
 from ..trace import OnUpdate, Result
-from .busy_link import measure_busy_link
+from .busy_link import measure_busy_alpha
 from .calibration import Calibration, predict_step
 from .composed import ComposedConfig, compare_with_oracle, run_composed
 from .mesh import AXES
@@ -98,8 +98,11 @@ class TransformerExtras:
 
 
 _CALIBRATIONS: dict[tuple[Any, ...], Calibration] = {}
-#: The rank counts whose busy link the calibration measures (those the cluster has workers for).
+#: The rank counts whose busy α the calibration measures (those the cluster has workers for).
 BUSY_RANKS = (2, 4, 8)
+#: Megatron's collectives per layer, forward and backward (f and g, twice each): the calibration's busy ranks
+#: compute a layer's fixed cost over this many between messages.
+COLLECTIVES_PER_LAYER = 4
 
 
 def measure_link(client: Client, timeout_s: float = 60.0, repeats: int = 5) -> AlphaBeta:
@@ -119,8 +122,10 @@ def calibrate(client: Client, shape: GPTShape, threads: int = 1, timeout_s: floa
         rate, overhead = fit_one_rank(client, shape, threads, timeout_s)
         cores = client.submit(cpu_count, pure=False).result(timeout=timeout_s)
         workers = len(client.scheduler_info(n_workers=-1)["workers"])
-        busy = tuple((n, measure_busy_link(client, n, timeout_s)) for n in BUSY_RANKS if n <= workers)
-        _CALIBRATIONS[key] = Calibration(rate, overhead, int(cores), measure_link(client, timeout_s), busy)
+        link = measure_link(client, timeout_s)
+        gap = overhead / COLLECTIVES_PER_LAYER  # what a rank computes between two of a layer's collectives
+        busy = tuple((n, measure_busy_alpha(client, n, gap, link.beta, timeout_s)) for n in BUSY_RANKS if n <= workers)
+        _CALIBRATIONS[key] = Calibration(rate, overhead, int(cores), link, busy)
     return _CALIBRATIONS[key]
 
 
