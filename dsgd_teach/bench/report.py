@@ -31,8 +31,14 @@ def machine_line(results: dict[str, Any]) -> str:
     """One sentence saying when and on what the figures were measured."""
     m = results.get("machine", {})
     when = results.get("when", "?")
-    if results.get("re_measured"):  # a `bench --only` run: say what is new and when the rest was measured
-        when = f"{when} ({', '.join(results['re_measured'])}; the others from the run started {results['others_when']})"
+    dates: dict[str, list[str]] = {}
+    for name, figures in results.get("benchmarks", {}).items():
+        dates.setdefault(str(figures.get("measured_at", when)), []).append(name)
+    if len(dates) > 1:  # `bench --only` runs: each date with what it measured; the run that measured most (the
+        # oldest of equals) is "the others"
+        others = max(sorted(dates), key=lambda at: len(dates[at]))
+        when = "; ".join(f"{at} ({', '.join(dates[at])})" for at in sorted(dates) if at != others)
+        when += f"; the others {others}"
     return (
         f"Measured {when} on {m.get('cores', '?')} cores ({m.get('processor', '?')}, "
         f"{m.get('platform', '?')}), Python {m.get('python', '?')}, torch {m.get('torch', '?')}, "
@@ -77,17 +83,23 @@ def results_from_page(text: str) -> dict[str, Any]:
         if len(cells) != 3 or cells[0] in ("benchmark", "---") or not line.startswith("|"):
             continue
         bench, key, value = cells
-        try:
-            shown: Any = float(value) if value != "n/a" else float("nan")
-        except ValueError:
-            shown = value
-        benches.setdefault(bench, {})[key] = shown
+        benches.setdefault(bench, {})[key] = _figure(value)
     measured = section.split("Measured ", 1)[-1].split(" on ", 1)[0] if "Measured " in section else "earlier"
     out: dict[str, Any] = {"when": measured.split(" (", 1)[0], "benchmarks": benches}
-    if " (" in measured and "; the others from the run started " in measured:  # an earlier `--only` run's line
+    if " (" in measured and "; the others from the run started " in measured:  # an older `--only` run's line
         again, others = measured.split(" (", 1)[1].rstrip(")").split("; the others from the run started ", 1)
         out["re_measured"], out["others_when"] = again.split(", "), others
     return out if benches else {}
+
+
+def _figure(text: str) -> Any:
+    """A table cell read back: an int, a float (n/a is nan), or the text."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return float("nan") if text == "n/a" else text
 
 
 def replace_section(text: str, section: str) -> str:

@@ -74,12 +74,10 @@ def run_all(out_dir: Path = Path("build/bench"), only: list[str] | None = None,
         before = json.loads(previous.read_text())
     elif only and page.exists():
         before = results_from_page(page.read_text())
-    kept = before.get("benchmarks", {})
+    kept = {name: {**figures, "measured_at": measured_at(before, name)}
+            for name, figures in before.get("benchmarks", {}).items()}
     results: dict[str, Any] = {"machine": machine(), "when": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-                               "benchmarks": dict(kept)}
-    if kept:  # say which figures are new and when the others were measured
-        results["re_measured"] = sorted(set(only or []) | set(before.get("re_measured", [])))
-        results["others_when"] = before.get("others_when", before.get("when", "earlier"))
+                               "benchmarks": kept}
     for name in BENCH_MODULES:
         short = name.rsplit(".", 1)[-1]
         if only and short not in only:
@@ -88,11 +86,21 @@ def run_all(out_dir: Path = Path("build/bench"), only: list[str] | None = None,
             continue
         print(f"[bench] {short} ...", flush=True)
         figures = measure_in_fresh_process(name)
-        results["benchmarks"][short] = figures
+        results["benchmarks"][short] = {**figures, "measured_at": results["when"]}
         print(f"[bench] {short}: {json.dumps(figures, default=str)[:400]}", flush=True)
     (out_dir / "results.json").write_text(json.dumps(results, indent=2, default=str))
     (out_dir / "results.md").write_text(to_markdown(results))
     return results
+
+
+def measured_at(results: dict[str, Any], name: str) -> str:
+    """When benchmark `name` of an earlier results dict was measured (older files: from its run's dates)."""
+    figures = results.get("benchmarks", {}).get(name, {})
+    if "measured_at" in figures:
+        return str(figures["measured_at"])
+    if name in results.get("re_measured", []) or "others_when" not in results:
+        return str(results.get("when", "earlier"))
+    return str(results["others_when"])
 
 
 def measure_in_fresh_process(name: str, timeout_s: float = 900.0) -> dict[str, Any]:
