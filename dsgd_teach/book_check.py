@@ -14,7 +14,7 @@ from urllib.parse import unquote, urlsplit
 LINKS = {("a", "href"), ("img", "src"), ("script", "src"), ("link", "href"), ("iframe", "src"), ("source", "src")}
 LOADED = {"img", "script", "link", "iframe", "source"}  # fetched as the page loads, unlike a followed <a>
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
-STATIC_CLASS = "dsgd-panel-snapshot"  # the caption of a widget's static copy (dsgd_teach.panel.SNAPSHOT_CLASS)
+STATIC_CLASS = "dsgd-panel-snapshot"  # the caption of a widget's static copy (dsgd_teach.static_copy.SNAPSHOT_CLASS)
 
 
 class _Page(HTMLParser):

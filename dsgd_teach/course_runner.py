@@ -70,7 +70,7 @@ def execute(path: Path, out_dir: Path, timeout_s: int = 600, html: bool = True, 
     import nbformat
     from nbclient import NotebookClient
 
-    from .panel import SNAPSHOT_ENV
+    from .static_copy import SNAPSHOT_ENV
 
     nb = nbformat.read(path, as_version=4)
     t = time.perf_counter()

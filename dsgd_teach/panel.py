@@ -6,10 +6,8 @@ callback raises StopRequested once Stop is clicked, and every run() returns a pa
 
 from __future__ import annotations
 
-import base64
 import html
 import io
-import os
 import threading
 import time
 import traceback
@@ -24,20 +22,14 @@ from .config import Config
 from .live_canvas import live_figure
 from .plots import plot_live
 from .runtime.clusters.workers import get_workers
+from .static_copy import SNAPSHOT_CLASS, queue_static
 from .trace import Result, StopRequested, to_frame
 
 RunFn = Callable[[Any, Client, Any], Result]
 W = TypeVar("W", bound=widgets.Widget)
 PlotFn = Callable[[Figure, Any], None]
-#: Set for the kernels that `make course` runs: every panel a cell builds then runs its settings once when the cell
-#: ends and leaves a static figure of that run beneath it, for readers where the live widget cannot render; every
-#: other widget a cell shows leaves a static copy of its state (leave_static, or static_copy for any widget).
-SNAPSHOT_ENV = "DSGD_PANEL_SNAPSHOT"
+#: How long a panel's static run may take when a chapter is executed for the book (static_copy.SNAPSHOT_ENV).
 SNAPSHOT_TIMEOUT_S = 900.0
-#: The CSS class of every static copy's caption: the book styles it, its tests count it.
-SNAPSHOT_CLASS = "dsgd-panel-snapshot"
-#: What the post-cell hook shows: panels to run and draw, or a widget's static copy (a function of no arguments).
-_pending_snapshots: list[ExperimentPanel | Callable[[], list[Any]]] = []
 
 
 class ExperimentPanel(widgets.VBox):
@@ -92,7 +84,7 @@ class ExperimentPanel(widgets.VBox):
              self.summary, self.error_box]
         )
         self.panel_title = title
-        _register_snapshot(self)
+        queue_static(self.static_view)
 
     def current_config(self) -> Config:
         """The base config with the controls' current values (raises ValueError for a bad combination)."""
@@ -176,6 +168,15 @@ class ExperimentPanel(widgets.VBox):
             self.canvas.draw_idle()
         self._last_draw = time.monotonic()  # measured after drawing, so slow draws cannot starve the run
 
+    def static_view(self) -> list[Any]:
+        """Its static figure for the book: run the current settings if nobody has, wait, then the figure and caption."""
+        from IPython.display import HTML, Image
+
+        if self.result is None and not self.running:
+            self.start(live=False)
+        self.wait(SNAPSHOT_TIMEOUT_S)
+        return [Image(data=self.snapshot_png(), format="png"), HTML(self.snapshot_caption())]
+
     def snapshot_png(self) -> bytes:
         """The panel's figure as it stands (the last run's, once it has ended) as PNG bytes."""
         buffer = io.BytesIO()
@@ -206,96 +207,6 @@ class ExperimentPanel(widgets.VBox):
         )
 
 
-def _register_snapshot(item: ExperimentPanel | Callable[[], list[Any]]) -> None:
-    """Under SNAPSHOT_ENV in IPython: queue a panel (or a static copy) for display once the cell that built it ends."""
-    if _install_hook():
-        _pending_snapshots.append(item)
-
-
-def _install_hook() -> bool:
-    """Under SNAPSHOT_ENV in IPython: register the post-cell hook once; whether it is registered."""
-    if os.environ.get(SNAPSHOT_ENV) != "1":
-        return False
-    from IPython import get_ipython
-
-    shell = get_ipython()
-    if shell is None:
-        return False
-    if _show_snapshots not in shell.events.callbacks["post_run_cell"]:
-        shell.events.register("post_run_cell", _show_snapshots)
-    return True
-
-
-def leave_static(widget: W, title: str, render: Callable[[], list[Any]] | None = None) -> W:
-    """Return widget; under SNAPSHOT_ENV, once the cell that built it ends, show a static copy of it beneath it.
-
-    render returns the objects to display (figures first, then an HTML caption with SNAPSHOT_CLASS); by default,
-    static_copy of the widget's state as the cell left it.
-    """
-    _register_snapshot(render or (lambda: static_copy(widget, title)))
-    return widget
-
-
-def static_caption(title: str, what: str, settings: Mapping[str, Any], body: str = "") -> str:
-    """HTML naming a static copy: the widget, what the copy shows, its settings, then body (a table, a summary)."""
-    shown = ", ".join(f"{name} = {value!r}" for name, value in settings.items()) or "its defaults"
-    return (f"<div class='{SNAPSHOT_CLASS}'><p><b>{html.escape(title)}</b>, static copy of {html.escape(what)} "
-            f"({html.escape(shown)}). The live widget runs in the notebook (Binder or <code>make lab</code>).</p>"
-            f"{body}</div>")
-
-
-def static_copy(widget: widgets.Widget, title: str = "A widget") -> list[Any]:
-    """Any widget's state as display objects: its pictures (Image widgets, images in Output widgets) as PNGs, then a
-    caption with its controls' values and its HTML text (tables)."""
-    from IPython.display import HTML, Image
-
-    settings: dict[str, Any] = {}
-    pictures: list[Any] = []
-    texts: list[str] = []
-
-    def walk(w: widgets.Widget) -> None:
-        if isinstance(w, widgets.Image) and w.value:
-            pictures.append(Image(data=bytes(w.value), format=w.format))
-        elif isinstance(w, (widgets.HTML, widgets.HTMLMath)):
-            texts.append(w.value)
-        elif isinstance(w, widgets.Output):
-            for out in w.outputs:
-                data = out.get("data", {})
-                if "image/png" in data:
-                    pictures.append(Image(data=base64.b64decode(data["image/png"]), format="png"))
-                elif "text/html" in data:
-                    texts.append(data["text/html"])
-        elif isinstance(w, widgets.ValueWidget) and not isinstance(w, (widgets.Label, widgets.Play)):
-            settings[w.description or type(w).__name__] = w.value
-        for child in getattr(w, "children", ()):
-            walk(child)
-
-    walk(widget)
-    return [*pictures, HTML(static_caption(title, "its state as the cell left it", settings, "".join(texts)))]
-
-
-def _show_snapshots(result: Any = None) -> None:
-    """IPython's post_run_cell hook: run each queued panel that has not run, then show its figure and caption; show
-    each queued static copy. A cell whose value is a widget and that queued nothing leaves static_copy of it."""
-    from IPython.display import HTML, Image, display
-
-    shown = bool(_pending_snapshots)
-    while _pending_snapshots:
-        item = _pending_snapshots.pop(0)
-        if not isinstance(item, ExperimentPanel):
-            display(*item())
-            continue
-        panel = item
-        if panel.result is None and not panel.running:
-            panel.start(live=False)
-        panel.wait(SNAPSHOT_TIMEOUT_S)
-        display(Image(data=panel.snapshot_png(), format="png"), HTML(panel.snapshot_caption()))
-    value = getattr(result, "result", None)
-    own_figure = isinstance(value, ExperimentPanel) or hasattr(value, "figure")  # a panel, or ipympl's PNG of itself
-    if not shown and isinstance(value, widgets.Widget) and not own_figure:
-        display(*static_copy(value))
-
-
 def _summary_html(result: Result) -> str:
     """The run's summary as items that wrap onto more lines, so a narrow panel never cuts figures off."""
     items = "".join(
@@ -306,4 +217,3 @@ def _summary_html(result: Result) -> str:
     return f"<div class='dsgd-summary' style='display:flex;flex-wrap:wrap;gap:4px 16px;max-width:100%'>{items}</div>"
 
 
-_install_hook()  # a kernel under SNAPSHOT_ENV: widgets shown as a cell's value leave static copies (static_copy)

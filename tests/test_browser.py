@@ -34,7 +34,7 @@ from memory_support import STEP_BYTES, MiB, TreeMemory, budget_for_build, record
 
 from dsgd_teach.course_runner import COURSE_DIR, chapters, record_run, write_executed
 from dsgd_teach.memory import torch_build
-from dsgd_teach.panel import SNAPSHOT_ENV
+from dsgd_teach.static_copy import SNAPSHOT_ENV
 
 SCREENSHOTS = COURSE_DIR.parent / "build" / "screenshots"
 CHAPTERS = chapters()

@@ -33,8 +33,11 @@ def _bench_figures() -> dict[str, float]:
     out = {}
     for line in (ROOT / "docs" / "benchmarks.md").read_text().splitlines():
         m = re.match(r"\|\s*(\w+)\s*\|\s*(\w+)\s*\|\s*([-\d.e]+)\s*\|\s*$", line)
-        if m:
-            out[f"{m.group(1)}.{m.group(2)}"] = float(m.group(3))
+        try:
+            if m:
+                out[f"{m.group(1)}.{m.group(2)}"] = float(m.group(3))
+        except ValueError:  # a range such as a load average, "1.8-2.4": not a figure
+            pass
     return out
 
 

@@ -10,7 +10,7 @@ import time
 import ipywidgets as widgets
 import pytest
 
-from dsgd_teach import panel as panel_module
+from dsgd_teach import static_copy as static_copy_module
 from dsgd_teach.panel import ExperimentPanel
 from dsgd_teach.sgd import DataParallelConfig, SGDConfig, run_data_parallel, run_sgd
 
@@ -70,8 +70,8 @@ def test_a_snapshot_run_draws_its_figure_once_at_the_end(client, live: bool, mon
         panel.run_button.click()
     else:  # what the post-cell hook does under DSGD_PANEL_SNAPSHOT=1, its display captured here
         monkeypatch.setattr("IPython.display.display", lambda *objects: shown.extend(objects))
-        panel_module._pending_snapshots.append(panel)
-        panel_module._show_snapshots()
+        static_copy_module._pending.append(panel.static_view)
+        static_copy_module.show_pending()
         assert len(shown) == 2  # the figure and its caption
     result = panel.wait(90)
     assert result is not None and panel.error is None and panel.status.value.startswith("Done")

@@ -131,7 +131,7 @@ def ring_stepper(n: int = 4, k: int = 10, messages: Sequence[dict[str, Any]] | N
     import ipywidgets as widgets
     from IPython.display import HTML, Image
 
-    from ..panel import leave_static, static_caption
+    from ..static_copy import leave_static, static_caption
 
     slider = widgets.IntSlider(value=0, min=0, max=2 * (n - 1), description="step", continuous_update=False)
     play = widgets.Play(value=0, min=0, max=2 * (n - 1), interval=1200, description="play")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipywidgets as widgets
 from IPython.display import HTML
 
-from ..panel import leave_static, static_caption
+from ..static_copy import leave_static, static_caption
 from .fit import Model, will_it_fit
 
 #: Shapes of GPT-style models (layers, hidden, heads) from 125M to 70B parameters.
