@@ -14,6 +14,7 @@ import secrets
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -25,11 +26,12 @@ from distributed import Client
 from dsgd_teach.grading import cli
 from dsgd_teach.grading.batch import Limits, grade_batch
 from dsgd_teach.grading.cluster import ClusterRun
-from dsgd_teach.runtime.clusters import deployment
+from dsgd_teach.runtime.clusters import deployment, hosts
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 
-SOURCE = Path(__file__).resolve().parents[1] / "course" / "assignments" / "source"
+ROOT = Path(__file__).resolve().parents[1]
+SOURCE = ROOT / "course" / "assignments" / "source"
 PS01 = SOURCE / "ps01_sgd" / "ps01_sgd.ipynb"
 SEED = 20261127
 LIMITS = Limits(timeout_s=60, cpu_s=120, notebook_s=300)
@@ -185,3 +187,39 @@ def test_a_worker_killed_mid_batch_loses_no_row_and_counts_none_twice(classroom,
     assert not set(sandboxes) & set(cluster.marked())  # wa's sandbox died with it
     assert set(cluster.marked()) <= {cluster.workers["wb"].pid} | {p for p, pp in cluster.marked().items()
                                                                    if pp == cluster.workers["wb"].pid}
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.skipif(hosts.available() is not None, reason=str(hosts.available()))
+def test_a_batch_over_emulated_hosts_writes_the_local_grades(classroom, tmp_path):
+    """The course's emulated hosts (network namespaces with their own /dev/shm): the scheduler on host 0, a worker
+    on each of hosts 1 and 2, the grading command run on host 0: grades.csv and every feedback page byte for byte
+    the local batch's, every run graded on a worker host and counted once."""
+    root, local = classroom
+    out = tmp_path / "graded"
+    h = hosts.up(3)
+    dep = None
+    try:
+        dep = deployment.start_scheduler(tmp_path, host=h.ips[0], prefix=h.prefix(0), log=tmp_path / "scheduler.log")
+        for i in (1, 2):
+            deployment.start_worker(dep, host=h.ips[i], prefix=h.prefix(i), log=tmp_path / f"worker{i}.log")
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        waited = h.run(0, sys.executable, "-m", "dsgd_teach.runtime.clusters.deployment", "wait", dep.address, "2",
+                       env=env, capture_output=True, text=True, timeout=180)
+        assert waited.returncode == 0, waited.stderr[-3000:]
+        graded = h.run(0, sys.executable, "-m", "dsgd_teach.cli", "grade", str(root / "subs"), "--assignment",
+                       "ps01_sgd", "--out", str(out), "--source", str(SOURCE), "--seed", str(SEED), "--timeout", "60",
+                       "--cpu-s", "120", "--notebook-s", "300", "--scheduler", dep.address, "--no-progress",
+                       env=env, capture_output=True, text=True, timeout=540, cwd=ROOT)
+        assert graded.returncode == 0, f"{graded.stdout[-3000:]}\n{graded.stderr[-5000:]}"
+        assert _outputs(out) == local
+        line = next(x for x in graded.stdout.splitlines() if x.startswith("runs graded per worker: "))
+        per_worker = dict(item.rsplit(" ", 1) for item in line.split(": ", 1)[1].split(", "))
+        assert sum(int(n) for n in per_worker.values()) == 1 + len(CLASS)  # the reference and each student, once
+        assert {w.split("://")[-1].rsplit(":", 1)[0] for w in per_worker} <= {h.ips[1], h.ips[2]}, per_worker
+    finally:
+        try:
+            if dep is not None:
+                dep.stop()
+        finally:
+            h.down()

@@ -115,10 +115,13 @@ def main(argv: list[str]) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     finally:
+        by = cluster.graded_by() if cluster is not None else None
         if cluster is not None:
             cluster.close()
     total = sum(g.points for s in subs for g in s.grades)
     print(f"graded {len(subs)} notebook(s), {total:g} points in all -> {args.out / 'grades.csv'}")
+    if by:
+        print(f"runs graded per worker: {', '.join(f'{w} {n}' for w, n in sorted(by.items()))}")
     if args.export:
         try:
             written = export(args.out, subs, args.export, roster=roster)
