@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
-
-import numpy as np
 
 from dsgd_teach.trace import ratio, stat
 
