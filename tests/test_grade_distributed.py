@@ -197,12 +197,7 @@ def test_a_batch_over_emulated_hosts_writes_the_local_grades(classroom, tmp_path
     the local batch's, every run graded on a worker host and counted once."""
     root, local = classroom
     out = tmp_path / "graded"
-    h = hosts.up(3)
-    dep = None
-    try:
-        dep = deployment.start_scheduler(tmp_path, host=h.ips[0], prefix=h.prefix(0), log=tmp_path / "scheduler.log")
-        for i in (1, 2):
-            deployment.start_worker(dep, host=h.ips[i], prefix=h.prefix(i), log=tmp_path / f"worker{i}.log")
+    with hosts.shaped_deployment(3, None) as (h, dep):
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         waited = h.run(0, sys.executable, "-m", "dsgd_teach.runtime.clusters.deployment", "wait", dep.address, "2",
                        env=env, capture_output=True, text=True, timeout=180)
@@ -217,9 +212,3 @@ def test_a_batch_over_emulated_hosts_writes_the_local_grades(classroom, tmp_path
         per_worker = dict(item.rsplit(" ", 1) for item in line.split(": ", 1)[1].split(", "))
         assert sum(int(n) for n in per_worker.values()) == 1 + len(CLASS)  # the reference and each student, once
         assert {w.split("://")[-1].rsplit(":", 1)[0] for w in per_worker} <= {h.ips[1], h.ips[2]}, per_worker
-    finally:
-        try:
-            if dep is not None:
-                dep.stop()
-        finally:
-            h.down()

@@ -29,11 +29,12 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import pandas as pd
 
 from ..collectives.cost_model import AlphaBeta
-from ..config import Config, check_bool, check_choice, check_float, check_int
+from ..config import Config, check_float, check_int
 from ..transformer.calibration import Calibration, describe, predict_step
 from ..transformer.mesh import MESH_ORDER
 from ..transformer.model import GPTShape
@@ -64,24 +65,13 @@ class PaperShape(GPTShape):
 
 @dataclass(frozen=True)
 class ScalePlan(Plan):
-    """predict.Plan with each axis up to MAX_GPUS ranks and up to 2^20 microbatches (Plan stops at 64 and 1024)."""
+    """predict.Plan with each axis and the whole layout up to MAX_GPUS ranks, batches up to 2^24 sequences and up to
+    2^20 microbatches (Plan stops at 64 ranks an axis and 1024 microbatches)."""
 
-    def validate(self) -> None:
-        for axis in AXES:
-            check_int(axis, getattr(self, axis), 1, MAX_GPUS)
-        if self.ranks > MAX_GPUS:
-            raise ValueError(f"dp·tp·pp·cp must be at most {MAX_GPUS} GPUs, got {self.ranks}")
-        if self.dp % self.ep:
-            raise ValueError(f"ep must divide dp, got ep={self.ep}, dp={self.dp}")
-        check_int("batch", self.batch, 1, 1 << 24)
-        check_int("microbatches", self.microbatches, 1, 1 << 20)
-        if self.batch % (self.dp * self.microbatches):
-            raise ValueError(f"batch must be a multiple of dp·microbatches = {self.dp * self.microbatches}, "
-                             f"got batch={self.batch}")
-        check_bool("sequence_parallel", self.sequence_parallel)
-        check_bool("balanced", self.balanced)
-        check_choice("optimizer", self.optimizer, ("adam", "sgd"))
-        check_choice("itemsize", self.itemsize, (2, 4))
+    max_axis: ClassVar[int] = MAX_GPUS
+    max_ranks: ClassVar[int] = MAX_GPUS
+    max_batch: ClassVar[int] = 1 << 24
+    max_microbatches: ClassVar[int] = 1 << 20
 
 
 def _gpt3(layers: int, width: int, heads: int) -> PaperShape:

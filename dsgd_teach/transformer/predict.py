@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from ..collectives.algorithms import ring_send_chunk
 from ..collectives.layout import chunk_sizes
@@ -67,14 +67,22 @@ class Plan(Config):
     optimizer: str = "adam"
     itemsize: int = 4  # bytes per element: fp32
 
+    #: The largest axis, rank count, batch and microbatch count a plan may have (the simulator's plans allow more).
+    max_axis: ClassVar[int] = 64
+    max_ranks: ClassVar[int] = 1 << 24
+    max_batch: ClassVar[int] = 1 << 20
+    max_microbatches: ClassVar[int] = 1024
+
     def validate(self) -> None:
         for axis in AXES:
-            check_int(axis, getattr(self, axis), 1, 64)
+            check_int(axis, getattr(self, axis), 1, self.max_axis)
+        if self.ranks > self.max_ranks:
+            raise ValueError(f"dp·tp·pp·cp must be at most {self.max_ranks} ranks, got {self.ranks}")
         if self.dp % self.ep:
             raise ValueError(f"ep must divide dp (expert parallelism uses the data-parallel ranks), got ep={self.ep}, "
                              f"dp={self.dp}")
-        check_int("batch", self.batch, 1, 1 << 20)
-        check_int("microbatches", self.microbatches, 1, 1024)
+        check_int("batch", self.batch, 1, self.max_batch)
+        check_int("microbatches", self.microbatches, 1, self.max_microbatches)
         if self.batch % (self.dp * self.microbatches):
             raise ValueError(f"batch must be a multiple of dp·microbatches = {self.dp * self.microbatches}, "
                              f"got batch={self.batch}")

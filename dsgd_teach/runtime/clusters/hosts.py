@@ -175,9 +175,10 @@ def load(tag: str) -> Hosts:
 
 
 @contextmanager
-def shaped_deployment(n_hosts: int, rate: str) -> Iterator[tuple[Hosts, Any]]:
-    """n_hosts emulated hosts with links shaped to rate, a dask scheduler on host 0 started with dask's command line
-    and one single-threaded worker on each other host; all of it stopped and removed on the way out."""
+def shaped_deployment(n_hosts: int, rate: str | None) -> Iterator[tuple[Hosts, Any]]:
+    """n_hosts emulated hosts with links shaped to rate (None: unshaped), a dask scheduler on host 0 started with
+    dask's command line and one single-threaded worker on each other host; all of it stopped and removed on the way
+    out."""
     import tempfile
 
     from . import deployment
