@@ -84,3 +84,24 @@ def test_a_handed_cluster_is_scaled_and_given_back_at_its_size():
         assert len(cluster.scheduler_info["workers"]) == 1
     finally:
         cluster.close()
+
+
+@pytest.mark.parametrize("kind", ["gateway", "local"])
+def test_shared_memory_on_workers_elsewhere_says_what_the_deployment_can_do(kind, monkeypatch):
+    """Hogwild's ranks share this machine's memory: workers on other hosts are refused with what to do instead;
+    on a dask-gateway, which cannot promise workers on the notebook's machine, that is DSGD_GATEWAY=off."""
+    from types import SimpleNamespace
+
+    from dsgd_teach.runtime.clusters import workers as workers_module
+
+    elsewhere = ["tcp://10.9.8.7:4001", "tcp://10.9.8.7:4002", "tcp://10.9.8.6:4003"]
+    monkeypatch.setattr(workers_module, "worker_addresses", lambda client: elsewhere)
+    client = SimpleNamespace(info=SimpleNamespace(kind=kind)) if kind == "gateway" else SimpleNamespace()
+    with pytest.raises(ValueError, match="2 ranks sharing memory need 2 workers on this machine") as caught:
+        workers_module._this_host(client, 2)
+    message = str(caught.value)
+    assert "10.9.8.7: 2" in message and "backend='threads'" in message
+    if kind == "gateway":
+        assert "DSGD_GATEWAY=off" in message and "cannot promise" in message
+    else:
+        assert "start 2 workers on the machine running this notebook" in message and "GATEWAY" not in message
