@@ -24,7 +24,7 @@ import pytest
 from browser_support import LAB_SETTINGS, chromium, chromium_missing_reason
 from gateway_support import kill_left, wait_gone
 from hub_support import chp_command, start_hub
-from test_lab_workspace import _CELLS, _FIND, _LAYOUT, _PRINTED, PANES, _column, _js, _pane_data, _wait
+from lab_support import PANES, column, connected_panes, open_workspace, pane_data, printed, run_cells, wait
 
 PASSWORD = "course-password-2026"
 STUDENT = "ada"
@@ -47,31 +47,6 @@ def prepare_home(home: Path) -> None:
         path = config / "lab" / "user-settings" / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(values))
-
-
-def cells(page) -> dict:  # noqa: ANN001 - playwright Page
-    return page.evaluate(_js(_CELLS), CHAPTER)
-
-
-def run_cells(page, command: str, cell: int, upto: int, timeout_s: float = 300) -> None:  # noqa: ANN001
-    """Execute a notebook command at `cell` and wait until code cells < upto have run, failing on any error."""
-    before = {c["i"]: c["count"] for c in cells(page)["cells"]}
-    page.evaluate(_js(_FIND + f"w.content.activeCellIndex = {cell};"
-                      f"void window.jupyterapp.commands.execute('{command}');"), CHAPTER)  # fmt: skip
-
-    def done() -> dict | None:
-        state = cells(page)
-        errors = [e for c in state["cells"] for e in c["errors"]]
-        assert not errors, f"{CHAPTER}: errors shown:\n" + "\n".join(errors)
-        ran = all(c["count"] for c in state["cells"][:upto] if c["code"])
-        moved = command != "notebook:run-cell" or state["cells"][cell]["count"] != before[cell]
-        return state if state["kernel"] == "idle" and ran and moved else None
-
-    _wait(page, f"code cells before {upto} of {CHAPTER} executed", done, timeout_s=timeout_s)
-
-
-def printed(page, cell: int) -> str:  # noqa: ANN001 - playwright Page
-    return page.evaluate("([path, cell]) => { " + _PRINTED + " }", [CHAPTER, cell])
 
 
 @pytest.mark.browser
@@ -102,63 +77,44 @@ def test_a_student_sees_their_gateway_cluster_in_the_workspace_through_the_hub(t
                 page.click("input[type=submit], button[type=submit]")
                 # the hub starts the server and sends the browser on to its default URL, /user/<name>/lab
                 page.wait_for_url(re.compile(rf"/user/{STUDENT}/lab"), timeout=180_000)
-                ready = _js("if (!window.jupyterapp || !window.jupyterapp.shell) return null;" + _LAYOUT)
-                seen: list = []
-
-                def opened() -> dict | None:
-                    seen[:] = [page.evaluate(ready, CHAPTER)]
-                    lay = seen[0]
-                    return lay if lay and lay["kernel"] == "idle" and len(lay["panes"]) == 3 else None
-
-                try:
-                    layout = _wait(page, f"{CHAPTER} open with an idle kernel and three dask panes", opened, 180)
-                except AssertionError as exc:
-                    raise AssertionError(f"{exc}\nthe workspace shows: {seen}") from None
-                panes = {p["title"]: p for p in layout["panes"]}
-                assert {t: p["route"] for t, p in panes.items()} == PANES, layout["panes"]
-                assert layout["current"], "the chapter is not the current widget: the search would not find its kernel"
-                assert not any(p["src"] for p in panes.values()), f"panes load a page before any cluster: {panes}"
+                open_workspace(page, CHAPTER, 180)
                 search = page.locator(".dask-URLInput [title='Auto-detect dashboard URL']")
-                assert search.is_visible(), "the Dask side panel (and its search button) is not open"
 
-                run_cells(page, "notebook:run-all-above", 5, 5)  # start_client() and the workers' pids
-                started = re.search(r"dask-gateway cluster (\w+)", printed(page, 2))
-                assert started, f"start_client did not ask the gateway for a cluster: {printed(page, 2)!r}"
+                run_cells(page, CHAPTER, "notebook:run-all-above", 5, 5, timeout_s=300)  # start_client() and the workers' pids
+                started = re.search(r"dask-gateway cluster (\w+)", printed(page, CHAPTER, 2))
+                assert started, f"start_client did not ask the gateway for a cluster: {printed(page, CHAPTER, 2)!r}"
                 cluster = started.group(1)
-                expected = sorted(set(re.findall(r"'((?:tls|tcp)://[\d.]+:\d+)'", printed(page, 4))))
-                assert expected, f"cell 4 printed no workers: {printed(page, 4)!r}"
+                expected = sorted(set(re.findall(r"'((?:tls|tcp)://[\d.]+:\d+)'", printed(page, CHAPTER, 4))))
+                assert expected, f"cell 4 printed no workers: {printed(page, CHAPTER, 4)!r}"
                 dashboard = f"{hub.url}/services/dask-gateway/clusters/{cluster}"
 
                 search.click()
                 link = page.locator(".dask-URLInput input")
-                _wait(page, "a dashboard URL found by the side panel's search", lambda: link.input_value())
+                wait(page, "a dashboard URL found by the side panel's search", lambda: link.input_value())
                 found = urljoin(f"{hub.url}/", link.input_value()).rstrip("/")
                 assert found == dashboard, \
                     f"the search found {link.input_value()!r}, not {cluster}'s dashboard through the hub ({dashboard})"
 
-                def connected() -> list | None:
-                    ps = page.evaluate(_js(_LAYOUT), CHAPTER)["panes"]
-                    return ps if all(p["src"] for p in ps) else None
-
-                srcs = {p["title"]: p["src"] for p in _wait(page, "the three panes connected", connected)}
+                srcs = {p["title"]: p["src"] for p in wait(page, "the three panes connected",
+                                                           lambda: connected_panes(page, CHAPTER))}
                 for title, src in srcs.items():
                     assert src.startswith(f"{dashboard}/"), f"{title} loads {src}, not {cluster}'s dashboard"
 
                 def workers() -> list[str]:
-                    addresses = sorted(a for a in _column(_pane_data(page, PANES["Workers"]), "address") if "://" in a)
+                    addresses = sorted(a for a in column(pane_data(page, PANES["Workers"]), "address") if "://" in a)
                     return addresses if addresses == expected else []
 
                 try:
-                    addresses = _wait(page, f"the Workers pane listing the notebook's {len(expected)} workers",
+                    addresses = wait(page, f"the Workers pane listing the notebook's {len(expected)} workers",
                                       workers, PANE_WAIT_S)
                 except AssertionError as exc:
                     raise AssertionError(f"{exc}\nthe panes load {srcs}; requests refused (the browser reaches "
                                          f"only the hub): {refused[:5]}") from None
-                run_cells(page, "notebook:run-cell", 7, 8)  # one client.submit
-                run_cells(page, "notebook:run-cell", 9, 10)  # client.map over the workers
-                tasks = _wait(
+                run_cells(page, CHAPTER, "notebook:run-cell", 7, 8, timeout_s=300)  # one client.submit
+                run_cells(page, CHAPTER, "notebook:run-cell", 9, 10, timeout_s=300)  # client.map over the workers
+                tasks = wait(
                     page, "the chapter's slow_square tasks in the Task Stream pane",
-                    lambda: [n for n in _column(_pane_data(page, PANES["Task Stream"]), "name")
+                    lambda: [n for n in column(pane_data(page, PANES["Task Stream"]), "name")
                              if "slow_square" in str(n)], PANE_WAIT_S,
                 )  # fmt: skip
                 page.screenshot(path=str(SCREENSHOTS / "hub_workspace_live.png"))

@@ -18,61 +18,16 @@ import shlex
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
 from browser_support import chromium, chromium_missing_reason, jupyter_lab
+from lab_support import PANES, column, connected_panes, open_workspace, pane_data, printed, run_cells, wait
 
 REPO = Path(__file__).resolve().parent.parent
 SCREENSHOTS = REPO / "build" / "screenshots"
 CHAPTER = "00_live_cluster.ipynb"
-PANES = {"Task Stream": "/individual-task-stream", "Progress": "/individual-progress", "Workers": "/individual-workers"}
-WAIT_S = 60
-
-_FIND = "const w = Array.from(window.jupyterapp.shell.widgets('main')).find(x => x.context && x.context.path === path);"
-# JavaScript: the notebook's kernel status and each code cell's execution count and error outputs.
-_CELLS = _FIND + """
-  if (!w) return null;
-  const k = w.sessionContext.session && w.sessionContext.session.kernel;
-  return {kernel: k ? k.status : 'none', cells: w.content.widgets.map((c, i) => ({i, code: c.model.type === 'code',
-    count: c.model.type === 'code' ? c.model.executionCount : null,
-    errors: c.model.type === 'code' ? c.model.outputs.toJSON().filter(o => o.output_type === 'error')
-      .map(o => `cell ${i}: ${o.ename}: ${o.evalue}`) : []}))};
-"""
-# JavaScript: the text a code cell printed.
-_PRINTED = _FIND + "return w.content.widgets[cell].model.outputs.toJSON().map(o => [].concat(o.text || '').join('')).join('');"
-# JavaScript: the notebook's box and every dask pane in the main area (title, box, iframe address).
-_LAYOUT = _FIND + """
-  const box = e => { const r = e.getBoundingClientRect(); return {left: r.left, right: r.right, top: r.top,
-                                                                  width: r.width, height: r.height}; };
-  const panes = Array.from(window.jupyterapp.shell.widgets('main'))
-    .filter(x => x.node.classList.contains('dask-DaskDashboard-widget'))
-    .map(x => ({title: x.title.label, route: x.item && x.item.route, box: box(x.node),
-                src: ((f => f && f.getAttribute('src'))(x.node.querySelector('iframe'))) || ''}));
-  const k = w && w.sessionContext.session && w.sessionContext.session.kernel;
-  return {notebook: w ? box(w.node) : null, kernel: k ? k.status : 'none',
-          current: window.jupyterapp.shell.currentWidget === w, panes};
-"""
-# JavaScript, inside a pane's iframe: the columns of every Bokeh data source on the page, as strings.
-_SOURCES = """() => {
-  const out = [];
-  for (const doc of (window.Bokeh && window.Bokeh.documents) || []) {
-    for (const m of doc._all_models ? doc._all_models.values() : []) {
-      if (!m.data || typeof m.data !== 'object') continue;
-      const cols = {};
-      for (const [k, v] of (m.data instanceof Map ? m.data.entries() : Object.entries(m.data)))
-        if (Array.isArray(v) || ArrayBuffer.isView(v)) cols[k] = Array.from(v).slice(0, 200).map(String);
-      out.push(cols);
-    }
-  }
-  return out;
-}"""
-
-
-def _js(body: str) -> str:
-    return f"(path) => {{ {body} }}"
 
 
 def make_lab_recipe() -> dict:
@@ -100,62 +55,10 @@ def _jupyter(argv: list[str]) -> str:
     return next(a for a in argv if a.endswith("bin/jupyter"))
 
 
-def _wait(page, what: str, check, timeout_s: float = WAIT_S, interval_s: float = 0.5):  # noqa: ANN001, ANN202
-    """Poll check() until it returns something true; fail naming `what` (and the last value) after timeout_s.
-
-    It waits inside Playwright (not time.sleep), so the page's routed requests are served meanwhile.
-    """
-    deadline, value = time.monotonic() + timeout_s, None
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        page.wait_for_timeout(interval_s * 1000)
-    raise AssertionError(f"{what}: not seen within {timeout_s:.0f} s (last seen: {value!r})")
-
-
 def _port_closed(port: int) -> bool:
     with socket.socket() as s:
         s.settimeout(2)
         return s.connect_ex(("127.0.0.1", port)) != 0
-
-
-def _pane_frame(page, route: str):  # noqa: ANN001, ANN202 - playwright objects
-    return next((f for f in page.frames if urlsplit(f.url).path.endswith(route)), None)
-
-
-def _cells(page) -> dict:  # noqa: ANN001 - playwright Page
-    return page.evaluate(_js(_CELLS), CHAPTER)
-
-
-def _run_cells(page, command: str, cell: int, upto: int) -> None:  # noqa: ANN001 - playwright Page
-    """Execute a notebook command at `cell` (what the Run menu does) and wait until code cells < upto have run."""
-    before = {c["i"]: c["count"] for c in _cells(page)["cells"]}
-    page.evaluate(_js(_FIND + f"w.content.activeCellIndex = {cell};"
-                      f"void window.jupyterapp.commands.execute('{command}');"), CHAPTER)  # fmt: skip
-
-    def done() -> dict | None:
-        state = _cells(page)
-        errors = [e for c in state["cells"] for e in c["errors"]]
-        assert not errors, f"{CHAPTER}: errors shown:\n" + "\n".join(errors)
-        ran = all(c["count"] for c in state["cells"][:upto] if c["code"])
-        moved = command != "notebook:run-cell" or state["cells"][cell]["count"] != before[cell]
-        return state if state["kernel"] == "idle" and ran and moved else None
-
-    _wait(page, f"code cells before {upto} of {CHAPTER} executed", done, timeout_s=120)
-
-
-def _pane_data(page, route: str) -> list[dict]:  # noqa: ANN001 - playwright Page
-    """The Bokeh data sources the pane at `route` shows (empty until its page loaded)."""
-    frame = _pane_frame(page, route)
-    try:
-        return frame.evaluate(_SOURCES) if frame else []
-    except Exception:  # the frame is navigating; the next poll sees it
-        return []
-
-
-def _column(sources: list[dict], name: str) -> list:
-    return [v for src in sources for v in (src.get(name) or [])]
 
 
 @pytest.mark.browser
@@ -193,69 +96,50 @@ def test_make_lab_workspace_shows_the_live_cluster(tmp_path):
         page.route(re.compile(rf"^https?://(?!{re.escape(lab)}/)"), refuse)
         try:
             page.goto(f"{server.url}{recipe['url']}?token={server.token}", timeout=120_000)
-            ready = _js("if (!window.jupyterapp || !window.jupyterapp.shell) return null;" + _LAYOUT)
-            seen: list[dict] = []
-
-            def opened() -> dict | None:
-                seen[:] = [page.evaluate(ready, CHAPTER)]
-                lay = seen[0]
-                return lay if lay and lay["kernel"] == "idle" and len(lay["panes"]) == 3 else None
-
-            try:
-                layout = _wait(page, f"{CHAPTER} open with an idle kernel and three dask panes", opened, 120)
-            except AssertionError as exc:
-                raise AssertionError(f"{exc}\nthe workspace shows: {seen}") from None
+            layout = open_workspace(page, CHAPTER, 120)
             panes = {p["title"]: p for p in layout["panes"]}
-            assert {t: p["route"] for t, p in panes.items()} == PANES, layout["panes"]
-            assert layout["current"], "the notebook is not the current widget, so the search would not find its kernel"
             notebook = layout["notebook"]
             for title, pane in panes.items():
                 box = pane["box"]
                 assert box["left"] >= notebook["right"] - 2, f"{title} is not beside the notebook: {layout}"
                 assert box["width"] > 200 and box["height"] > 100, f"{title} is too small to read: {box}"
-                assert not pane["src"], f"{title} shows {pane['src']} before any cluster exists"
             search = page.locator(".dask-URLInput [title='Auto-detect dashboard URL']")
-            assert search.is_visible(), "the Dask side panel (and its search button) is not open"
             page.screenshot(path=str(SCREENSHOTS / "lab_workspace_opened.png"))
 
-            _run_cells(page, "notebook:run-all-above", 5, 5)  # start_client() and the workers' pids
+            run_cells(page, CHAPTER, "notebook:run-all-above", 5, 5)  # start_client() and the workers' pids
             server.remember_processes()
             search.click()
             link = page.locator(".dask-URLInput input")
-            _wait(page, "a dashboard URL found by the side panel's search", lambda: link.input_value())
-            active = _wait(
-                page, "the three panes connected to a dashboard",
-                lambda: (lambda ps: ps if all(p["src"] for p in ps) else None)(
-                    page.evaluate(_js(_LAYOUT), CHAPTER)["panes"]),
-            )  # fmt: skip
+            wait(page, "a dashboard URL found by the side panel's search", lambda: link.input_value())
+            active = wait(page, "the three panes connected to a dashboard", lambda: connected_panes(page, CHAPTER))
             found = re.search(r"(?:/proxy/|:)(\d+)/?$", link.input_value())
             dashboard_port = int(found.group(1)) if found else None
             srcs = {p["title"]: p["src"] for p in active}
-            printed = page.evaluate("([path, cell]) => { " + _PRINTED + " }", [CHAPTER, 4])
-            expected = sorted(set(re.findall(r"tcp://127\.0\.0\.1:\d+", printed)))
-            assert len(expected) >= 2, f"cell 4 printed no workers of the chapter's cluster: {printed!r}"
+            shown = printed(page, CHAPTER, 4)
+            expected = sorted(set(re.findall(r"tcp://127\.0\.0\.1:\d+", shown)))
+            assert len(expected) >= 2, f"cell 4 printed no workers of the chapter's cluster: {shown!r}"
 
             def workers() -> list[str]:
-                addresses = sorted(a for a in _column(_pane_data(page, PANES["Workers"]), "address") if "://" in a)
+                addresses = sorted(a for a in column(pane_data(page, PANES["Workers"]), "address") if "://" in a)
                 return addresses if addresses == expected else []
 
             try:
-                addresses = _wait(page, f"the Workers pane listing the notebook's {len(expected)} workers", workers)
+                addresses = wait(page, f"the Workers pane listing the notebook's {len(expected)} workers", workers)
             except AssertionError as exc:
                 raise AssertionError(
                     f"{exc}\nsearch found {link.input_value()!r}; panes load {srcs}; requests the browser could "
                     f"not make (it reaches only the notebook server, as on Binder): {refused[:5]}"
                 ) from None
 
-            _run_cells(page, "notebook:run-cell", 7, 8)  # one client.submit
-            _run_cells(page, "notebook:run-cell", 9, 10)  # client.map over the workers
-            tasks = _wait(
+            run_cells(page, CHAPTER, "notebook:run-cell", 7, 8)  # one client.submit
+            run_cells(page, CHAPTER, "notebook:run-cell", 9, 10)  # client.map over the workers
+            tasks = wait(
                 page, "the chapter's slow_square tasks in the Task Stream pane",
-                lambda: [n for n in _column(_pane_data(page, PANES["Task Stream"]), "name") if "slow_square" in str(n)],
+                lambda: [n for n in column(pane_data(page, PANES["Task Stream"]), "name") if "slow_square" in str(n)],
             )  # fmt: skip
-            progress = _wait(
+            progress = wait(
                 page, "the slow_square tasks in the Progress pane",
-                lambda: [n for n in _column(_pane_data(page, PANES["Progress"]), "name") if "slow_square" in str(n)],
+                lambda: [n for n in column(pane_data(page, PANES["Progress"]), "name") if "slow_square" in str(n)],
             )  # fmt: skip
             page.screenshot(path=str(SCREENSHOTS / "lab_workspace_live.png"))
             print(f"workers {addresses}; {len(tasks)} task(s) in the task stream; progress rows {progress}; "
