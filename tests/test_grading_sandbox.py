@@ -15,6 +15,7 @@ import sys
 import tempfile
 import textwrap
 import threading
+import time
 from pathlib import Path
 
 import psutil
@@ -60,14 +61,24 @@ def _token() -> str:
     return f"{300 + secrets.randbelow(100)}.{secrets.randbelow(10**9):09d}"
 
 
-def _left_behind(token: str) -> list[int]:
-    """Pids of processes whose command line holds token (killing them, so a failed test leaks nothing)."""
-    found = []
-    for proc in psutil.process_iter(["cmdline", "status"]):
-        if token in " ".join(proc.info["cmdline"] or []) and proc.info["status"] != psutil.STATUS_ZOMBIE:
-            found.append(proc.pid)
-            proc.kill()
-    return found
+def _left_behind(token: str, grace_s: float = 10.0) -> list[int]:
+    """Pids of processes whose command line holds token and that are still alive grace_s after the sandbox ended
+    (killing them, so a failed test leaks nothing). The kernel kills what is left in a PID namespace once its init
+    is gone, but on a loaded machine a killed process can still be seen exiting for a moment."""
+
+    def alive() -> list[psutil.Process]:
+        found = []
+        for proc in psutil.process_iter(["cmdline", "status"]):
+            if token in " ".join(proc.info["cmdline"] or []) and proc.info["status"] != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+        return found
+
+    deadline = time.monotonic() + grace_s
+    while (left := alive()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for proc in left:
+        proc.kill()
+    return [proc.pid for proc in left]
 
 
 @needs_sandbox

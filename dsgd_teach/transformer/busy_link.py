@@ -47,5 +47,7 @@ def measure_busy_alpha(client: Client, ranks: int, gap_s: float, beta: float = 0
     """Seconds per message among `ranks` busy ranks: a ring allreduce is 2(N-1) messages of K/N elements."""
     run = run_group(client, ranks, busy_ring_rank, (elements, gap_s, repeats), timeout_s=timeout_s,
                     run_timeout_s=10 * timeout_s)
-    per_message_s = max(run.outs) / (2 * (ranks - 1))
+    if len(run.done) < ranks:
+        raise RuntimeError(f"the busy link among {ranks} ranks was not measured: the run was stopped")
+    per_message_s = max(run.done) / (2 * (ranks - 1))
     return max(0.0, per_message_s - beta * 4 * elements / ranks)
