@@ -12,7 +12,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any
 
 import ipywidgets as widgets
 from distributed import Client
@@ -26,7 +26,6 @@ from .static_copy import SNAPSHOT_CLASS, queue_static
 from .trace import Result, StopRequested, to_frame
 
 RunFn = Callable[[Any, Client, Any], Result]
-W = TypeVar("W", bound=widgets.Widget)
 PlotFn = Callable[[Figure, Any], None]
 #: How long a panel's static run may take when a chapter is executed for the book (static_copy.SNAPSHOT_ENV).
 SNAPSHOT_TIMEOUT_S = 900.0
