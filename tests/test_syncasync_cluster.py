@@ -53,12 +53,12 @@ def test_sync_without_backups_equals_large_batch_sequential_sgd(client3) -> None
 
 
 def test_backup_step_aggregates_exactly_the_first_n_arrivals(client3) -> None:
-    # rank 0 is held up at step 1: that step must be made of ranks 1 and 2, and rank 0's gradient must be
-    # cancelled (never sent, never mixed into a later step). The hold-up is long (3 s) so that the other two
-    # finish step 1 within it even on a loaded machine; it is cut short as soon as they do. Ranks 1 and 2 are
-    # held 1 s at step 0, so rank 0 is sure to be in step 0's pair: a rank that comes last at step 0 on a busy
-    # machine may find step 1 already done and skip it (seen in CI), and then it is never held up at all.
-    script = [[0.0, 3.0], [1.0, 0.0], [1.0, 0.0]]
+    # rank 0 is held up 10 s at every step, whichever steps it reads (on a loaded machine a rank can start a
+    # second late and find steps already done, seen twice in CI): every step must be made of ranks 1 and 2, and
+    # each of rank 0's gradients cancelled -- its hold-up cut short once the other two completed the step, never
+    # sent, never mixed into a later step. Nothing here depends on how fast any rank is, only on ranks 1 and 2
+    # completing a step within the 10 s.
+    script = [[10.0] * 5, [0.0] * 5, [0.0] * 5]
     config = SyncConfig(workers=2, backups=1, steps=5, lr=0.5, batch_size=16, delay_script=script)
     result = run_sync(config, client3)
     trace = result.trace
@@ -67,11 +67,11 @@ def test_backup_step_aggregates_exactly_the_first_n_arrivals(client3) -> None:
         arrivals, aggregated = row.arrivals.split(","), [a for a in row.aggregated.split(",") if a]
         assert aggregated == arrivals[:2], version
         assert [d for d in row.discarded.split(",") if d] == arrivals[2:], version
-    assert sorted(logs.loc[1].aggregated.split(",")) == ["1", "2"]
-    late = trace[(trace.event == "cancelled") & (trace.worker == 0)]  # its delay was cut short, nothing sent
-    rank0 = trace[trace.worker == 0][["time", "step", "event", "version_read", "injected_delay"]]
-    assert list(late.version_read) == [1] and 0 < float(late.injected_delay.iloc[0]) < 3.0, rank0.to_string()
-    assert int(late.bytes_sent.iloc[0]) > 0 and "0" not in logs.loc[1].arrivals.split(",")
+        assert sorted(aggregated) == ["1", "2"] and "0" not in arrivals, version
+    rank0 = trace[(trace.worker == 0) & trace.event.isin(["gradient", "discarded", "cancelled"])]
+    shown = rank0[["time", "step", "event", "version_read", "injected_delay"]].to_string()
+    assert len(rank0) >= 1 and set(rank0.event) == {"cancelled"}, shown  # it reads w_0 at least, so is held once
+    assert (rank0.injected_delay < 10.0).all() and (rank0.uplink_bytes == 0).all(), shown  # cut short, unsent
     # replay: each step is the row-weighted mean of exactly the aggregated gradients
     w = get_problem(config.problem).init_params.copy()
     for version in range(config.steps):
