@@ -84,3 +84,15 @@ def test_the_experiment_is_registered_and_validates_its_fields():
         TransformerConfig(tp=3)
     with pytest.raises(ValueError, match="predict"):
         TransformerConfig(predict="yes")
+
+
+def test_the_busy_links_are_measured_for_every_ring_size_among_the_ranks(cluster4):
+    """Four busy ranks in rings of 2 and of 4 (a hang or a wrong peer in the sub-rings fails here); each link at
+    least the idle link it is floored at, the compute share at least 1."""
+    from dsgd_teach.collectives.cost_model import AlphaBeta
+    from dsgd_teach.transformer.busy_link import measure_busy_links
+
+    floor = AlphaBeta(1e-6, 1e-12)
+    share, links = measure_busy_links(cluster4, 4, 2e-4, floor, repeats=3, sizes=(256, 4096))
+    assert set(links) == {2, 4} and share >= 1.0
+    assert all(link.alpha >= floor.alpha and link.beta >= floor.beta for link in links.values())

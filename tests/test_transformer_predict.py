@@ -150,3 +150,37 @@ def test_ranking_covers_every_layout_and_sorts_by_predicted_time():
     assert step["compute_s"] == pytest.approx(flops_per_step(shape, 16) / 8 / 2e9)
     assert step["step_s"] == pytest.approx(step["compute_s"] * (1 + 1 / 4))
     assert math.isclose(sum(step[k] for k in step if k not in ("step_s",)), step["step_s"])
+
+
+def test_each_axis_is_priced_on_the_busy_link_measured_for_its_ranks_and_ring():
+    shape = GPTShape()
+    idle, two, pairs, four = (AlphaBeta(5e-5, 1e-10), AlphaBeta(1e-3, 1e-9), AlphaBeta(3e-3, 5e-9),
+                              AlphaBeta(2e-3, 2e-9))
+    cal = Calibration(2e9, 1e-4, 2, idle, busy_links=((2, 2, two), (4, 2, pairs), (4, 4, four)))
+    assert cal.link_for(2) == two and cal.link_for(2, 2) == two and cal.link_for(1) == two  # fewest when none below
+    assert cal.link_for(4) == four and cal.link_for(4, 2) == pairs and cal.link_for(8, 2) == pairs
+    assert cal.link_for(4, 3) == pairs  # the largest ring not above the axis
+    assert Calibration(2e9, 1e-4, 2, idle).link_for(4, 2) == idle  # nothing measured: the ping-pong's
+    plan = Plan(dp=2, tp=2, batch=8)  # two rings of 2 on each axis among 4 busy ranks
+    step = predict_step(shape, plan, cal)
+    from dsgd_teach.transformer.calibration import worst_messages
+    for axis in ("dp", "tp"):
+        msgs, elements = worst_messages(shape, plan)[axis]
+        assert step[f"{axis}_s"] == pytest.approx(pairs.alpha * msgs + pairs.beta * elements * 4)
+    assert step["loss_sum_s"] == pytest.approx(pairs.alpha * 2)  # one number summed over the data axis's 2 ranks
+
+
+def test_ring_attention_blocks_and_the_measured_share_enter_the_compute():
+    from dataclasses import replace
+
+    shape = GPTShape()
+    base = Calibration(2e9, 1e-3, 2, AlphaBeta(0.0, 0.0))
+    cal = replace(base, shares=((2, 1.5),), ring_fixed_s=1e-3, ring_block_s=2e-4)
+    balanced, contiguous = Plan(cp=2, batch=8), Plan(cp=4, balanced=False, batch=8)
+    assert cal.ring_attention_s(balanced) == pytest.approx(1e-3 + 5 * 2e-4)  # 2 N_cp + 1 blocks on every rank
+    assert cal.ring_attention_s(contiguous) == pytest.approx(1e-3 + 4 * 2e-4)  # the last rank's N_cp blocks
+    assert cal.ring_attention_s(Plan(dp=2, batch=8)) == 0.0
+    want = (flops_per_step(shape, 8) / 2 / 2e9 + (1e-3 + 2e-3) * shape.layers) * 1.5
+    assert predict_step(shape, balanced, cal)["compute_s"] == pytest.approx(want)
+    assert cal.share_for(2) == 1.5 and cal.share_for(4) == 2.0 and cal.share_for(1) == 1.0  # N/cores unmeasured
+    assert predict_step(shape, balanced, base)["compute_s"] < want  # without the blocks and the share

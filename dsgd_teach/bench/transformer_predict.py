@@ -1,7 +1,8 @@
 """Benchmark for chapter 10: how well the step-time prediction holds, over a sweep of layouts on this machine.
 
-One cluster of 8 single-threaded workers; chapter 10's calibration once (the model's step at two batch sizes, the
-cores, the idle ping-pong and the busy α among 2, 4 and 8 ranks); then each of LAYOUTS (16 layouts of 1 to 8
+One cluster of 8 single-threaded workers; chapter 10's calibration once (the model's step at two batch sizes, ring
+attention's blocks, the cores, the idle ping-pong, and α, β and the compute share among 2, 4 and 8 busy ranks in
+rings of each axis size); then each of LAYOUTS (16 layouts of 1 to 8
 ranks: data, tensor with and without sequence parallelism, pipeline, context, and their compositions) trains the
 smoke-size GPT for STEPS steps with `transformer.experiment.run`, which predicts before it trains. Quoted:
 step_within_25pct_share_ratio (the share of layouts whose predicted step time is within ±25 % of the measured,
@@ -23,7 +24,7 @@ LAYOUTS: tuple[dict[str, Any], ...] = (
     {"dp": 2, "tp": 2}, {"pp": 2, "cp": 2}, {"dp": 2, "pp": 2}, {"tp": 2, "pp": 2}, {"dp": 2, "cp": 2},
     {"dp": 2, "tp": 2, "pp": 2}, {"tp": 2, "pp": 2, "cp": 2, "sequence_parallel": True}, {"dp": 8},
 )
-STEPS = 6
+STEPS = 10
 
 
 def layout_name(layout: dict[str, Any]) -> str:
@@ -38,7 +39,10 @@ def measure() -> dict[str, float | str]:
     step_ratios, memory_ratios, loads = [], [], []
     with with_client(8) as client:
         cal = calibrate(client, SMOKE_SHAPE, refresh=True)
-        figures["busy_alpha_ms"] = " ".join(f"{n}:{alpha * 1e3:.2f}" for n, alpha in cal.busy_alphas)
+        figures["busy_alpha_ms"] = " ".join(f"{n}/{g}:{link.alpha * 1e3:.2f}" for n, g, link in cal.busy_links)
+        figures["busy_beta_ns_per_byte"] = " ".join(f"{n}/{g}:{link.beta * 1e9:.2f}" for n, g, link in cal.busy_links)
+        figures["compute_share"] = " ".join(f"{n}:{share:.2f}" for n, share in cal.shares)
+        figures["ring_attention_ms"] = f"fixed {cal.ring_fixed_s * 1e3:.2f}, per block {cal.ring_block_s * 1e3:.2f}"
         for layout in LAYOUTS:
             result = run(TransformerConfig(shape=SMOKE_SHAPE, steps=STEPS, verbose=False, **layout), client)
             table = result.extras.comparison.set_index("quantity")

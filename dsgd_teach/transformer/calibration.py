@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -23,6 +24,7 @@ import torch
 
 from ..collectives.cost_model import AlphaBeta
 from .predict import Plan, axis_messages, flops_per_step, memory_per_rank
+from .ring_attention import block_pairs, ring_attention
 
 if TYPE_CHECKING:
     from .model import GPTShape
@@ -31,22 +33,44 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class Calibration:
     """One rank's matmul rate and per-layer overhead, the cores the ranks share, and the link: the idle ping-pong's
-    α and β, and (busy_alphas) the α measured among N ranks that compute between messages, by N."""
+    α and β, and (busy_links) the α and β measured among N busy ranks in rings of g, as (N, g, link); how much
+    longer N busy ranks compute than one (shares); and what ring attention's blocks cost beyond plain attention
+    (seconds per layer and microbatch, forward and backward)."""
 
     flops_per_s: float
     overhead_s: float  # seconds per layer and microbatch, forward and backward, beyond the FLOPs
     cores: int
     link: AlphaBeta
-    busy_alphas: tuple[tuple[int, float], ...] = ()
+    busy_links: tuple[tuple[int, int, AlphaBeta], ...] = ()
+    shares: tuple[tuple[int, float], ...] = ()  # (N, how many times longer N busy ranks' matmuls take than alone)
+    ring_fixed_s: float = 0.0  # ring attention's own cost per layer and microbatch beyond its blocks and plain attention
+    ring_block_s: float = 0.0  # each key/value block ring attention computes, with its merge
 
-    def link_for(self, ranks: int) -> AlphaBeta:
-        """The link a step on `ranks` ranks meets: the busy α measured on the most ranks not above `ranks` (the
-        fewest measured when all are above) with the wire's β; the idle ping-pong's when none was measured."""
-        if not self.busy_alphas:
+    def link_for(self, ranks: int, ring: int | None = None) -> AlphaBeta:
+        """The link a step on `ranks` ranks meets in a group of `ring` of them (all of them by default): measured on
+        the most ranks not above `ranks` (the fewest when all are above), in the largest ring not above `ring` (the
+        smallest when all are above); the idle ping-pong's when none was measured."""
+        if not self.busy_links:
             return self.link
-        below = [(n, a) for n, a in self.busy_alphas if n <= ranks]
-        n, alpha = max(below) if below else min(self.busy_alphas)
-        return AlphaBeta(alpha, self.link.beta)
+        counts = sorted({n for n, _, _ in self.busy_links})
+        n = max([c for c in counts if c <= ranks], default=counts[0])
+        rings = {g: link for m, g, link in self.busy_links if m == n}
+        want = n if ring is None else ring
+        g = max([r for r in rings if r <= want], default=min(rings))
+        return rings[g]
+
+    def share_for(self, ranks: int) -> float:
+        """How many times longer a rank's compute takes when `ranks` ranks compute at once: measured for that many
+        (it includes whatever else the machine runs), else N/cores when N ranks share fewer cores, else 1."""
+        return dict(self.shares).get(ranks, max(1.0, ranks / self.cores))
+
+    def ring_attention_s(self, plan: Plan) -> float:
+        """Seconds ring attention adds per layer and microbatch on the busiest context rank: its fixed cost and
+        each block it computes (2 N_cp + 1 when balanced, N_cp on the last rank when not: ring_attention.block_pairs)."""
+        if plan.cp == 1:
+            return 0.0
+        blocks = max(len(block_pairs(r, plan.cp, plan.balanced)) for r in range(plan.cp))
+        return self.ring_fixed_s + blocks * self.ring_block_s
 
 
 def time_step(shape: GPTShape, batch: int, repeats: int = 5, seed: int = 0, threads: int = 1) -> float:
@@ -120,29 +144,57 @@ def predict_step(shape: GPTShape, plan: Plan, cal: Calibration) -> dict[str, flo
     """Seconds of one step on each rank's critical path: compute, bubble and each link's messages, and their sum.
 
     Compute is the step's FLOPs divided over the N ranks at the fitted rate, plus the fixed cost of every layer and
-    microbatch a rank runs; N ranks on fewer cores share them (time × N/cores). Messages follow the α-β model:
-    a ring allreduce of K elements on n ranks 2(n-1)(α + β K/n) (chapter 05), a point-to-point message α + β m, with
-    the α and β measured among as many busy ranks as the layout has (`Calibration.link_for`); each link's messages
-    are the busiest stage's (the one sending most in all), plus the messages that sum the step's loss."""
+    microbatch a rank runs (and ring attention's blocks with context parallelism), stretched by the share of a core
+    each of N busy ranks gets (`Calibration.share_for`: measured; N/cores when N ranks share fewer cores). Messages follow the α-β model: a ring allreduce of K elements on n ranks
+    2(n-1)(α + β K/n) (chapter 05), a point-to-point message α + β m, with the α and β measured among as many busy
+    ranks as the layout has, in groups the size of the axis (`Calibration.link_for`); each link's messages are the
+    busiest stage's (the one sending most in all), plus the messages that sum the step's loss."""
     plan.check_shape(shape)
     n, m = plan.ranks, plan.microbatches
     layers = shape.layers // plan.pp
-    share = max(1.0, n / cal.cores)
-    compute = (flops_per_step(shape, plan.batch) / n / cal.flops_per_s + cal.overhead_s * layers * m) * share
+    share = cal.share_for(n)
+    fixed = (cal.overhead_s + cal.ring_attention_s(plan)) * layers * m
+    compute = (flops_per_step(shape, plan.batch) / n / cal.flops_per_s + fixed) * share
     bubble = compute * (plan.pp - 1) / m
-    wire = cal.link_for(n)
+    sizes = {"dp": plan.dp, "tp": plan.tp, "pp": 2, "cp": plan.cp, "ep": plan.ep, "edp": plan.dp // plan.ep}
     # a collective's message is a send and a receive at once; a pipeline stage sends and receives at different
     # moments (its activations forward, the gradients back), and waits for each: twice the α per message
-    waits = {link: msgs * (2 if link == "pp" else 1) for link, (msgs, _) in worst_messages(shape, plan).items()}
-    comm = {link: wire.alpha * waits[link] + wire.beta * elements * plan.itemsize
-            for link, (_, elements) in worst_messages(shape, plan).items()}
+    comm = {}
+    for link, (msgs, elements) in worst_messages(shape, plan).items():
+        wire = cal.link_for(n, sizes[link])
+        comm[link] = wire.alpha * msgs * (2 if link == "pp" else 1) + wire.beta * elements * plan.itemsize
     # the step's loss, one number, summed over the context and data axes (and the tensor axis with sequence
     # parallelism) by a small allreduce on each: its bytes are nothing, its 2(n-1) messages are not
     loss_axes = (plan.cp, plan.dp) + ((plan.tp,) if plan.sequence_parallel else ())
-    loss = wire.alpha * sum(2 * (k - 1) for k in loss_axes)
+    loss = sum(cal.link_for(n, k).alpha * 2 * (k - 1) for k in loss_axes if k > 1)
     out = {"compute_s": compute, "bubble_s": bubble, **{f"{k}_s": v for k, v in comm.items()}, "loss_sum_s": loss}
     out["step_s"] = compute + bubble + sum(comm.values()) + loss
     return out
+
+
+def time_ring_attention(shape: GPTShape, batch: int = 2, repeats: int = 20) -> tuple[float, float]:
+    """(fixed, per block) seconds ring attention adds to plain causal attention, forward and backward, on one rank:
+    timed at one rank's world with one block (unbalanced) and three (balanced) on the model's [B, a, s, h/a]."""
+    from ..runtime.ranks.comm import Comm
+    from .model import causal_attention
+
+    torch.set_num_threads(1)
+    comm = Comm(0, 1, torch.device("cpu"), 10.0)
+    q, k, v = (torch.randn(batch, shape.heads, shape.seq_len, shape.head_dim, requires_grad=True) for _ in range(3))
+
+    def median_s(attend: Callable[[], torch.Tensor]) -> float:
+        times = []
+        for _ in range(repeats + 3):
+            t = time.perf_counter()
+            attend().sum().backward()
+            times.append(time.perf_counter() - t)
+        return float(np.median(times[3:]))
+
+    plain = median_s(lambda: causal_attention(q, k, v))
+    one = median_s(lambda: ring_attention(comm, q, k, v, balanced=False))
+    three = median_s(lambda: ring_attention(comm, q, k, v, balanced=True))
+    block = max(0.0, (three - one) / 2)
+    return max(0.0, one - block - plain), block
 
 
 def worst_messages(shape: GPTShape, plan: Plan) -> dict[str, tuple[float, float]]:

@@ -137,12 +137,12 @@ def composed_rank(ctx: WorkerContext, comm: Comm, config: ComposedConfig) -> dic
         with torch.no_grad():
             for p in part.parameters():
                 p.add_(p.grad, alpha=-config.lr)
+        loss = total_loss(loss, mesh, part.last, config.sequence_parallel, config.timeout_s)  # the step's result
         t1 = time.perf_counter()
         traffic = take_traffic(mesh)  # every message each axis's collectives sent this step
         for row in traffic:
             ctx.emit(step=step, event="traffic", **row)
         sent = {f"bytes_{axis}": n for axis, n in bytes_per_axis(traffic).items()}
-        loss = total_loss(loss, mesh, part.last, config.sequence_parallel, config.timeout_s)
         ctx.emit(step=step, event="update", loss=loss,
                  step_s=t1 - t0, start=t0 + clock, end=t1 + clock, bytes_sent=sum(sent.values()), **sent,
                  activation_bytes=held.peak, state_bytes=state_bytes(part), **mesh.coords,

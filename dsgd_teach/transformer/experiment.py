@@ -24,8 +24,8 @@ from ..config import check_bool, sized
 from ..machine import cpu_count
 from ..runtime.clusters.workers import get_workers
 from ..trace import OnUpdate, Result
-from .busy_link import measure_busy_alpha
-from .calibration import Calibration, predict_step
+from .busy_link import measure_busy_links
+from .calibration import Calibration, predict_step, time_ring_attention
 from .composed import ComposedConfig, compare_with_oracle, run_composed
 from .mesh import AXES
 from .model import GPTShape
@@ -103,6 +103,8 @@ BUSY_RANKS = (2, 4, 8)
 #: Megatron's collectives per layer, forward and backward (f and g, twice each): the calibration's busy ranks
 #: compute a layer's fixed cost over this many between messages.
 COLLECTIVES_PER_LAYER = 4
+#: Sequences in one microbatch of the chapter's runs (TransformerConfig's batch 16 in 2 microbatches).
+MICROBATCH_ROWS = 8
 
 
 def measure_link(client: Client, timeout_s: float = 60.0, repeats: int = 5) -> AlphaBeta:
@@ -123,9 +125,15 @@ def calibrate(client: Client, shape: GPTShape, threads: int = 1, timeout_s: floa
         cores = client.submit(cpu_count, pure=False).result(timeout=timeout_s)
         workers = len(client.scheduler_info(n_workers=-1)["workers"])
         link = measure_link(client, timeout_s)
-        gap = overhead / COLLECTIVES_PER_LAYER  # what a rank computes between two of a layer's collectives
-        busy = tuple((n, measure_busy_alpha(client, n, gap, link.beta, timeout_s)) for n in BUSY_RANKS if n <= workers)
-        _CALIBRATIONS[key] = Calibration(rate, overhead, int(cores), link, busy)
+        # what a rank computes between two of a layer's collectives: the layer's fixed cost and its FLOPs on one
+        # microbatch of the chapter's (MICROBATCH_ROWS sequences), over the layer's collectives
+        layer_s = overhead + flops_per_step(shape, MICROBATCH_ROWS) / shape.layers / rate
+        gap = layer_s / COLLECTIVES_PER_LAYER
+        measured = {n: measure_busy_links(client, n, gap, link, timeout_s) for n in BUSY_RANKS if n <= workers}
+        busy = tuple((n, g, ring) for n, (_, rings) in measured.items() for g, ring in rings.items())
+        shares = tuple((n, share) for n, (share, _) in measured.items())
+        ring_fixed, ring_block = client.submit(time_ring_attention, shape, pure=False).result(timeout=timeout_s)
+        _CALIBRATIONS[key] = Calibration(rate, overhead, int(cores), link, busy, shares, ring_fixed, ring_block)
     return _CALIBRATIONS[key]
 
 
