@@ -26,7 +26,7 @@ from distributed import Client
 from ..collectives.algorithms import ring_allreduce
 from ..collectives.cost_model import AlphaBeta, fit_alpha_beta
 from ..runtime.ranks import run_group
-from ..runtime.ranks.comm import Comm
+from ..runtime.ranks.comm import Comm, wait_for
 from .mesh import GroupTransport
 
 #: Elements of the ring allreduces timed: a small activation (its time nearly all latency) up to a model's gradient.
@@ -65,7 +65,8 @@ def busy_ring_rank(ctx: Any, comm: Comm, groups: tuple[int, ...], sizes: tuple[i
                 if i >= 2:
                     kept.append(time.perf_counter() - t)
                     computes.append(computed - t)
-            dist.barrier()  # the rings meet once a round, as a step's data-axis sum couples a layout's groups
+            # the rings meet once a round, as a step's data-axis sum couples a layout's groups
+            wait_for(dist.barrier(async_op=True), comm.timeout_s, f"rank {comm.rank}: the busy rings' barrier")
         out[g] = rounds  # type: ignore[assignment]
     compute_s = typical(computes)
     per_size = {g: [typical(kept) - compute_s for kept in rounds] for g, rounds in out.items()}
