@@ -97,6 +97,7 @@ def test_a_layout_that_cannot_be_built_names_its_axis(sizes: dict[str, int], axi
     (dict(dp=2, ep=2), "ep=2 must divide the experts"),
     (dict(dp=2, microbatches=3), "batch must be a multiple of dp·microbatches"),
     (dict(tp=2, sequence_parallel=True, shape=MOE_SHAPE), "sequence_parallel needs a dense MLP"),
+    (dict(device="tpu"), "device"),
 ])
 def test_a_model_that_does_not_fit_its_layout_names_the_axis(kw: dict[str, object], axis: str) -> None:
     with pytest.raises(ValueError, match=axis):

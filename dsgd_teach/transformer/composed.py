@@ -26,7 +26,7 @@ import torch.distributed as dist
 from distributed import Client
 
 from ..collectives.algorithms import ring_allreduce
-from ..config import Config, check_bool, check_float, check_int, check_seed, check_timeout
+from ..config import Config, check_bool, check_choice, check_float, check_int, check_seed, check_timeout
 from ..pipeline.engine import own_group
 from ..pipeline.rank_support import StopVote
 from ..runtime.ranks.comm import Comm, wait_for
@@ -76,6 +76,7 @@ class ComposedConfig(Config):
     seed: int = 0
     corpus_tokens: int = 20_000
     threads: int = 1  # torch intra-op threads per rank
+    device: str = "cpu"  # the ranks': "cpu" (gloo), "cuda" (NCCL, a GPU per rank) or "auto" (cuda where each has one)
     timeout_s: float = 60.0
     run_timeout_s: float = 600.0
 
@@ -100,6 +101,7 @@ class ComposedConfig(Config):
         check_seed(self.seed)
         check_int("corpus_tokens", self.corpus_tokens, self.shape.seq_len + 1, 10_000_000)
         check_int("threads", self.threads, 1, 64)
+        check_choice("device", self.device, ("auto", "cpu", "cuda"))
         check_timeout("timeout_s", self.timeout_s)
         check_timeout("run_timeout_s", self.run_timeout_s, 86400.0)
 
@@ -118,7 +120,8 @@ def composed_rank(ctx: WorkerContext, comm: Comm, config: ComposedConfig) -> dic
     """One rank: join the mesh, keep its part of the GPT, train `steps` GPipe steps; returns its parameters."""
     torch.set_num_threads(config.threads)
     mesh = join_mesh(config.layout, comm)
-    part = build_part(build_gpt(config.shape, config.seed), config, mesh)
+    device = comm.device  # the CPU (gloo) or this rank's GPU (NCCL): the same code on either
+    part = build_part(build_gpt(config.shape, config.seed), config, mesh).to(device)
     corpus = make_corpus(config.seed, config.corpus_tokens, config.shape.vocab)
     positions = rank_positions(config, mesh.coords)  # this rank's sequence positions (all of them unless cp > 1)
     vote = StopVote(comm, config.timeout_s, own_group(config.timeout_s, f"rank {comm.rank}"))
@@ -127,17 +130,17 @@ def composed_rank(ctx: WorkerContext, comm: Comm, config: ComposedConfig) -> dic
     for step in range(config.steps):
         inputs, targets = batch_at(corpus, step, rank_rows(config.layout, mesh.coords, config.batch), config.batch,
                                    config.shape.seq_len, config.seed)
-        inputs, targets = inputs[:, positions], targets[:, positions]
+        inputs, targets = inputs[:, positions].to(device), targets[:, positions].to(device)
         t0 = time.perf_counter()
         held.reset_peak()
         part.zero_grad(set_to_none=False)
         with torch.autograd.graph.saved_tensors_hooks(held.pack, held.unpack):
-            loss = gpipe_step(part, mesh, inputs, targets, positions, config, step, ctx.emit)
+            loss = gpipe_step(part, mesh, inputs, targets, positions.to(device), config, step, ctx.emit)
         reduce_gradients(part, mesh, config.sequence_parallel)
         with torch.no_grad():
             for p in part.parameters():
                 p.add_(p.grad, alpha=-config.lr)
-        loss = total_loss(loss, mesh, part.last, config.sequence_parallel, config.timeout_s)  # the step's result
+        loss = total_loss(loss, mesh, part.last, config.sequence_parallel, config.timeout_s, device)  # the result
         t1 = time.perf_counter()
         traffic = take_traffic(mesh)  # every message each axis's collectives sent this step
         for row in traffic:
@@ -217,12 +220,13 @@ def reduce_gradients(part: StagePart, mesh: Mesh, sequence_parallel: bool) -> No
             offset += p.numel()
 
 
-def total_loss(share: float, mesh: Mesh, last: bool, sequence_parallel: bool, timeout_s: float) -> float:
+def total_loss(share: float, mesh: Mesh, last: bool, sequence_parallel: bool, timeout_s: float,
+               device: torch.device) -> float:
     """The step's loss: the last stage's shares summed over context, data (and with sequence parallelism, tensor)
     ranks, by a library allreduce of one number outside the traced bytes; NaN on the other stages."""
     if not last:
         return float("nan")
-    value = torch.tensor([share], dtype=torch.float64)
+    value = torch.tensor([share], dtype=torch.float64, device=device)  # NCCL sums GPU tensors only
     for axis in ("cp", "dp") + (("tp",) if sequence_parallel else ()):
         if axis in mesh.groups:
             wait_for(dist.all_reduce(value, group=mesh.groups[axis], async_op=True), timeout_s,
@@ -257,13 +261,13 @@ def run_composed(config: ComposedConfig, client: Client, on_update: OnUpdate | N
     """Train config's layout on the cluster; the trace has one "update" event per rank and step (loss on the last
     stage's ranks, step_s, bytes_dp ... bytes_ep sent on each axis, activation_bytes and state_bytes held)."""
     world = config.layout.world
-    run = run_group(client, world, composed_rank, (config,), on_update, timeout_s=config.timeout_s,
-                    run_timeout_s=config.run_timeout_s)
+    run = run_group(client, world, composed_rank, (config,), on_update, device=config.device,
+                    timeout_s=config.timeout_s, run_timeout_s=config.run_timeout_s)
     trace = run.trace
     ups = trace[trace.event == "update"]
     losses = ups.dropna(subset=["loss"]).groupby("step").loss.first()
     summary = {
-        "wall_s": run.wall_s, "ranks": world,
+        "wall_s": run.wall_s, "ranks": world, "backend": run.spec.backend,
         "steps": int(ups.step.nunique()) if len(ups) else 0,
         "final_loss": stat(losses, how="last"),
         "median_step_ms": stat(ups, "step_s") * 1e3,
