@@ -8,8 +8,9 @@ calibration measures it the same way: N ranks, each doing about `gap_s` of matmu
 of its collectives; a fixed amount of work, so that a rank that loses its core arrives late) before every ring
 allreduce, at sizes spanning a step's messages (`ELEMENTS`), in rings of each size a mesh axis can have (two rings
 of 2 among 4 busy ranks are not one ring of 4: each waits for its partner while the other pair holds the cores).
-The slowest rank's mean time per message at each size, fitted by chapter 05's α–β model against the bytes per
-message, is the busy link for N ranks and rings of that size.
+The slowest rank's mean time per message at each size against the bytes per message gives the busy link for N ranks
+and rings of that size: β from chapter 05's α–β fit (not below the idle link's), α what is left per message after
+β's share, the median over the sizes.
 """
 
 from __future__ import annotations
@@ -35,8 +36,8 @@ ELEMENTS = (1024, 16_384, 131_072)
 
 def busy_ring_rank(ctx: Any, comm: Comm, groups: tuple[int, ...], sizes: tuple[int, ...], gap_s: float,
                    repeats: int) -> tuple[float, dict[int, list[float]]]:
-    """(this rank's compute share, {g: seconds per size}): for each group size g of `groups`, the world cut into rings
-    of g consecutive ranks, every ring allreducing at once after about gap_s of matmuls; the seconds a ring
+    """(this rank's compute share, {ring size: seconds per size}): for each ring size in `groups`, the world cut into
+    rings of that many consecutive ranks, every ring allreducing at once after about gap_s of matmuls; the seconds a ring
     allreduce of each of `sizes` elements adds to a round on average (`typical`; sizes taken in turn, so that a
     burst of load falls on all of them alike), and how many times longer the matmuls took than at full speed.
 
@@ -94,9 +95,10 @@ def matmul_seconds(a: torch.Tensor, tries: int = 5, count: int = 50) -> float:
 def measure_busy_links(client: Client, ranks: int, gap_s: float, floor: AlphaBeta, timeout_s: float = 60.0,
                        repeats: int = 20, sizes: tuple[int, ...] = ELEMENTS) -> tuple[float, dict[int, AlphaBeta]]:
     """(compute share, links) among `ranks` busy ranks: how many times longer a rank's matmuls take than on a core
-    of its own (the median rank's), and α and β by the size g of the rings they form (2, 4, ... up to `ranks`): a
-    ring allreduce of K elements is 2(g-1) messages of K/g elements; the slowest rank's mean per message, fitted
-    against 4K/g bytes. Neither is taken below the idle link's (`floor`)."""
+    of its own (the median rank's), and α and β by the size of the rings they form (2, 4, ... up to `ranks`): a
+    ring allreduce of K elements on n ranks is 2(n-1) messages of K/n elements; β is the slope of the slowest rank's
+    mean per message against 4K/n bytes (chapter 05's fit), α the median over the sizes of what is left per message.
+    Neither is taken below the idle link's (`floor`)."""
     groups = tuple(g for g in (2, 4, 8, 16, 32, 64) if g <= ranks and ranks % g == 0)
     run = run_group(client, ranks, busy_ring_rank, (groups, tuple(sizes), gap_s, repeats), timeout_s=timeout_s,
                     run_timeout_s=10 * timeout_s)

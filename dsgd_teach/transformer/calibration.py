@@ -1,9 +1,10 @@
 """Calibrate on this cluster, then predict a layout's step time and rank the layouts of a model on N ranks.
 
-The machine enters through three measured numbers: the FLOP/s one rank's matmuls reach (a timing of the model's own
-training step at two batch sizes gives the rate and a fixed cost per layer: Python and kernel launches, which
-dominate a small model), the cores the ranks share, and chapter 05's α-β link (a ping-pong between two ranks). The
-step time is then, as "How to Scale Your Model" (Part 1, "All About Rooflines"; Part 5 for the parallel terms)
+The machine enters through what the calibration measures: the FLOP/s one rank's matmuls reach (a timing of the
+model's own training step at two batch sizes gives the rate and a fixed cost per layer: Python and kernel launches,
+which dominate a small model), ring attention's fixed cost per block, the cores the ranks share and how much longer
+N busy ranks compute than one, chapter 05's α-β link (a ping-pong between two ranks) and the link N busy ranks meet
+in rings of each axis's size (`busy_link.py`). The step time is then, as "How to Scale Your Model" (Part 1, "All About Rooflines"; Part 5 for the parallel terms)
 reasons: each rank's share of the FLOPs at the measured rate, stretched by the pipeline's bubble (p-1)/m (Narayanan
 et al. 2021, section 2.2), plus each axis's messages under the α-β model, none of it overlapped (on a CPU the ranks'
 messages and matmuls share the same cores).
@@ -33,7 +34,8 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class Calibration:
     """One rank's matmul rate and per-layer overhead, the cores the ranks share, and the link: the idle ping-pong's
-    α and β, and (busy_links) the α and β measured among N busy ranks in rings of g, as (N, g, link); how much
+    α and β, and (busy_links) the α and β measured among N busy ranks in rings of a given size, as (N, ring size,
+    link); how much
     longer N busy ranks compute than one (shares); and what ring attention's blocks cost beyond plain attention
     (seconds per layer and microbatch, forward and backward)."""
 
@@ -145,9 +147,10 @@ def predict_step(shape: GPTShape, plan: Plan, cal: Calibration) -> dict[str, flo
 
     Compute is the step's FLOPs divided over the N ranks at the fitted rate, plus the fixed cost of every layer and
     microbatch a rank runs (and ring attention's blocks with context parallelism), stretched by the share of a core
-    each of N busy ranks gets (`Calibration.share_for`: measured; N/cores when N ranks share fewer cores). Messages follow the α-β model: a ring allreduce of K elements on n ranks
-    2(n-1)(α + β K/n) (chapter 05), a point-to-point message α + β m, with the α and β measured among as many busy
-    ranks as the layout has, in groups the size of the axis (`Calibration.link_for`); each link's messages are the
+    each of N busy ranks gets (`Calibration.share_for`: measured; N/cores when N ranks share fewer cores). Messages
+    follow the α-β model: a ring allreduce of K fp32 elements on the N_x ranks of axis x takes 2(N_x-1)(α + β 4K/N_x)
+    (chapter 05), a point-to-point message of m bytes α + β m, with the α and β measured among as many busy ranks as
+    the layout has, in rings as large as the axis (`Calibration.link_for`); each link's messages are the
     busiest stage's (the one sending most in all), plus the messages that sum the step's loss."""
     plan.check_shape(shape)
     n, m = plan.ranks, plan.microbatches
@@ -172,9 +175,12 @@ def predict_step(shape: GPTShape, plan: Plan, cal: Calibration) -> dict[str, flo
     return out
 
 
-def time_ring_attention(shape: GPTShape, batch: int = 2, repeats: int = 20) -> tuple[float, float]:
+def time_ring_attention(shape: GPTShape, batch: int = 8, repeats: int = 20) -> tuple[float, float]:
     """(fixed, per block) seconds ring attention adds to plain causal attention, forward and backward, on one rank:
-    timed at one rank's world with one block (unbalanced) and three (balanced) on the model's [B, a, s, h/a]."""
+    timed at one rank's world with one block (unbalanced) and three (balanced) on the model's [B, a, s, h/a]. A
+    block's cost is taken as a fixed cost whatever its size (at a small model's sizes its few matmuls and merge are
+    mostly launches): the three balanced blocks hold 3/4 of the one block's scores, so their FLOPs are not charged
+    twice."""
     from ..runtime.ranks.comm import Comm
     from .model import causal_attention
 

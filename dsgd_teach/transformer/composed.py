@@ -140,7 +140,8 @@ def composed_rank(ctx: WorkerContext, comm: Comm, config: ComposedConfig) -> dic
         with torch.no_grad():
             for p in part.parameters():
                 p.add_(p.grad, alpha=-config.lr)
-        loss = total_loss(loss, mesh, part.last, config.sequence_parallel, config.timeout_s, device)  # the result
+        # the step ends when its loss is known: summed over the ranks holding its shares (predict_step's loss_sum_s)
+        loss = total_loss(loss, mesh, part.last, config.sequence_parallel, config.timeout_s, device)
         t1 = time.perf_counter()
         traffic = take_traffic(mesh)  # every message each axis's collectives sent this step
         for row in traffic:

@@ -1,8 +1,8 @@
 """Chapter 10's experiment: predict a layout's step, then train it on the cluster and set the two side by side.
 
 `run(config, client)` calibrates on the cluster once per (cluster, model shape, threads) (the course's own training
-step timed on one rank at two batch sizes, the cores, chapter 05's ping-pong for α and β, and α among 2, 4 and 8
-ranks that compute between messages, `busy_link.py`), prints the
+step timed on one rank at two batch sizes, ring attention's blocks, the cores, chapter 05's ping-pong for α and β,
+and α, β and the compute share among 2, 4 and 8 ranks that compute between messages, `busy_link.py`), prints the
 prediction (step time, bytes each rank sends on each axis, memory each rank holds) before training, trains the
 layout with `composed.run_composed` (every rank's loss, step time, bytes per axis and memory in the trace), and
 prints and returns predicted against measured.
@@ -98,10 +98,10 @@ class TransformerExtras:
 
 
 _CALIBRATIONS: dict[tuple[Any, ...], Calibration] = {}
-#: The rank counts whose busy α the calibration measures (those the cluster has workers for).
+#: The rank counts whose busy links the calibration measures (those the cluster has workers for).
 BUSY_RANKS = (2, 4, 8)
 #: Megatron's collectives per layer, forward and backward (f and g, twice each): the calibration's busy ranks
-#: compute a layer's fixed cost over this many between messages.
+#: compute a layer's fixed cost and FLOPs on one microbatch, over this many, between messages.
 COLLECTIVES_PER_LAYER = 4
 #: Sequences in one microbatch of the chapter's runs (TransformerConfig's batch 16 in 2 microbatches).
 MICROBATCH_ROWS = 8
@@ -132,7 +132,8 @@ def calibrate(client: Client, shape: GPTShape, threads: int = 1, timeout_s: floa
         measured = {n: measure_busy_links(client, n, gap, link, timeout_s) for n in BUSY_RANKS if n <= workers}
         busy = tuple((n, g, ring) for n, (_, rings) in measured.items() for g, ring in rings.items())
         shares = tuple((n, share) for n, (share, _) in measured.items())
-        ring_fixed, ring_block = client.submit(time_ring_attention, shape, pure=False).result(timeout=timeout_s)
+        ring_fixed, ring_block = client.submit(time_ring_attention, shape, MICROBATCH_ROWS,
+                                               pure=False).result(timeout=timeout_s)
         _CALIBRATIONS[key] = Calibration(rate, overhead, int(cores), link, busy, shares, ring_fixed, ring_block)
     return _CALIBRATIONS[key]
 
@@ -192,7 +193,11 @@ def compare(config: TransformerConfig, predicted: dict[str, Any], trace: pd.Data
 
 def run(config: TransformerConfig, client: Client, on_update: OnUpdate | None = None) -> Result:
     """Predict, train the layout on the cluster, compare: a Result whose extras hold both sides."""
-    cal = calibrate(client, config.shape, config.threads, config.timeout_s) if config.predict else None
+    # the calibration times CPU ranks: a run on GPUs gets its bytes and memory predicted, not its step time
+    on_cpu = config.device == "cpu"
+    cal = calibrate(client, config.shape, config.threads, config.timeout_s) if config.predict and on_cpu else None
+    if config.predict and not on_cpu and config.verbose:
+        print(f"device={config.device!r}: the step time is not predicted (the calibration measures CPU ranks)")
     predicted = prediction(config, cal)
     if config.verbose:
         print(describe_prediction(config, predicted))
