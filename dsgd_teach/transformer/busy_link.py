@@ -49,7 +49,7 @@ def busy_ring_rank(ctx: Any, comm: Comm, groups: tuple[int, ...], sizes: tuple[i
     one = matmul_seconds(a)
     matmuls = max(1, round(gap_s / one))
     xs = [torch.randn(k) for k in sizes]
-    out: dict[int, list[float]] = {}
+    rounds_by_ring: dict[int, list[list[float]]] = {}
     computes: list[float] = []
     for g in groups:
         first = comm.rank - comm.rank % g
@@ -68,9 +68,9 @@ def busy_ring_rank(ctx: Any, comm: Comm, groups: tuple[int, ...], sizes: tuple[i
                     computes.append(computed - t)
             # the rings meet once a round, as a step's data-axis sum couples a layout's groups
             wait_for(dist.barrier(async_op=True), comm.timeout_s, f"rank {comm.rank}: the busy rings' barrier")
-        out[g] = rounds  # type: ignore[assignment]
+        rounds_by_ring[g] = rounds
     compute_s = typical(computes)
-    per_size = {g: [typical(kept) - compute_s for kept in rounds] for g, rounds in out.items()}
+    per_size = {g: [typical(kept) - compute_s for kept in rounds] for g, rounds in rounds_by_ring.items()}
     return compute_s / (matmuls * one), per_size
 
 
