@@ -141,10 +141,12 @@ def calibrate(client: Client, shape: GPTShape, threads: int = 1, timeout_s: floa
 def fit_one_rank(client: Client, shape: GPTShape, threads: int = 1, timeout_s: float = 60.0,
                  batches: tuple[int, ...] = (2, 8)) -> tuple[float, float]:
     """(FLOP/s, seconds per layer and microbatch) of one rank running the course's own training step (the composed
-    loop on a layout of one rank) at two batch sizes: t = L·overhead + FLOPs / rate, fitted to the median steps."""
+    loop on a layout of one rank) at two batch sizes: t = L·overhead + FLOPs / rate, fitted to the median of 11
+    steps each (the first, which warms up, left out; with 3 a fresh cluster's noise put the one-rank prediction 30 %
+    off)."""
     flops, seconds = [], []
     for batch in batches:
-        config = ComposedConfig(shape=shape, batch=batch, microbatches=1, steps=4, threads=threads,
+        config = ComposedConfig(shape=shape, batch=batch, microbatches=1, steps=12, threads=threads,
                                 timeout_s=timeout_s)
         ups = run_composed(config, client).trace
         ups = ups[(ups.event == "update") & (ups.step > 0)]
