@@ -3,11 +3,10 @@
 The same ranks of one gloo group run, turn about, `collectives.all_to_all.all_to_all` and
 `torch.distributed.all_to_all_single` on the same input, with the uneven splits a mixture of experts' dispatch has
 (rows of h = 256 fp32 features, each rank sending a different, seeded number of rows to each rank, about MIB_PER_RANK
-MiB in all). Each pair of calls starts after a barrier; the figure to quote is the paired ratio (ours over torch's in
-the same round, median over rounds and ranks): all_to_all_vs_torch_{N}ranks_ratio, goal <= 1.1. The ranks are not
-pinned to cores, as chapter 10's are not: pinned, each rank's own thread and its gloo threads share one core, which
-cost the course's exchange (two posted messages and a local copy from the rank's thread) 1.3-1.6 times torch's
-single call at 2 ranks, against about 1.15 unpinned.
+MiB in all). Each turn (CALLS calls in a row) starts after a barrier; the figure to quote is the paired ratio (ours
+over torch's in the same round, median over rounds and ranks): all_to_all_vs_torch_{N}ranks_ratio, goal <= 1.1. The
+ranks are not pinned to cores, as chapter 10's are not: pinned, each rank's own thread and its gloo threads share one
+core, which cost the course's exchange 1.3-1.6 times torch's single call at 2 ranks.
 """
 
 from __future__ import annotations
@@ -27,6 +26,9 @@ from .runner import with_client
 
 WIDTH = 256
 MIB_PER_RANK = 4
+#: Calls timed together after each barrier: the ranks leave a barrier a little apart, and a single call's time
+#: carries that skew (it made the paired ratio swing from 0.95 to 1.26 between runs at 2 ranks).
+CALLS = 4
 
 
 def uneven_splits(world: int, seed: int) -> list[list[int]]:
@@ -37,7 +39,7 @@ def uneven_splits(world: int, seed: int) -> list[list[int]]:
 
 
 def _rank(ctx: Any, comm: Comm, splits: list[list[int]], rounds: int) -> list[tuple[float, float]]:
-    """(ours, torch's) seconds per round on this rank, after two warm-up rounds."""
+    """(ours, torch's) seconds per call on this rank in each round (CALLS in a row), after two warm-up rounds."""
     torch.set_num_threads(1)
     r = comm.rank
     send, recv = splits[r], [row[r] for row in splits]
@@ -50,8 +52,9 @@ def _rank(ctx: Any, comm: Comm, splits: list[list[int]], rounds: int) -> list[tu
         for which in ((all_to_all, library_all_to_all) if i % 2 else (library_all_to_all, all_to_all)):
             dist.barrier()
             t = time.perf_counter()
-            which(comm, x, send, recv)
-            pair.append((which is all_to_all, time.perf_counter() - t))
+            for _ in range(CALLS):
+                which(comm, x, send, recv)
+            pair.append((which is all_to_all, (time.perf_counter() - t) / CALLS))
         comm.take_log()
         if i >= 2:
             times.append((dict(pair)[True], dict(pair)[False]))

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -56,23 +55,23 @@ class TorchDistributed:
         self.exchange_all(comm, [(send, dst, recv, src)])
 
     def exchange_all(self, comm: Comm, pairs: list[tuple[torch.Tensor | None, int | None, torch.Tensor | None,
-                                                         int | None]], meanwhile: Callable[[], None] | None = None) -> None:
-        """Post every (send, dst, recv, src) pair's receive and send at once, in order, run `meanwhile` while they
-        travel, then wait for them all."""
+                                                         int | None]], sends_first: bool = False) -> None:
+        """Post every (send, dst, recv, src) pair's receive and send at once, in order (every send before any
+        receive with sends_first), then wait for them all."""
         ops = []
         for send, dst, recv, src in pairs:
             if recv is not None:
                 ops.append(dist.P2POp(dist.irecv, recv, self.peer(src), self.group))
             if send is not None:
                 ops.append(dist.P2POp(dist.isend, send.contiguous(), self.peer(dst), self.group))
+        if sends_first:
+            ops.sort(key=lambda op: op.op is not dist.isend)  # stable: the sends in order, then the receives
         if comm.device.type == "cuda":
             # NCCL must launch the pairs together (one group call), or two ranks sending to each other deadlock.
             works = dist.batch_isend_irecv(ops)
         else:
             # gloo queues non-blocking ops independently; plain isend/irecv skip batch_isend_irecv's overhead.
             works = [op.op(op.tensor, op.peer, op.group) for op in ops]
-        if meanwhile is not None:
-            meanwhile()
         comm.wait_all(works)
 
 
@@ -120,10 +119,10 @@ class Comm:
             self.transport.exchange(self, send, dst, recv, src)
 
     def exchange_all(self, pairs: list[tuple[torch.Tensor | None, int | None, torch.Tensor | None, int | None]], *,
-                     phase: str, chunks: list[int] | None = None, meanwhile: Callable[[], None] | None = None) -> None:
+                     phase: str, chunks: list[int] | None = None, sends_first: bool = False) -> None:
         """Many exchanges at once: pair i, (send, dst, recv, src), is step i of the log; every pair is posted before
-        any is waited for, so each must be matched by its peers' (a transport without exchange_all runs them in turn).
-        `meanwhile` runs while the messages travel (it must not touch their tensors).
+        any is waited for, so each must be matched by its peers' (a transport without exchange_all runs them in turn),
+        every send before any receive with sends_first.
         """
         moving = []
         for i, (send, dst, recv, src) in enumerate(pairs):
@@ -138,10 +137,8 @@ class Comm:
                 moving.append((send, dst, recv, src))
         post_all = getattr(self.transport, "exchange_all", None)
         if post_all is not None:
-            post_all(self, moving, meanwhile)
+            post_all(self, moving, sends_first)
         else:
-            if meanwhile is not None:
-                meanwhile()
             for send, dst, recv, src in moving:
                 self.transport.exchange(self, send, dst, recv, src)
 
