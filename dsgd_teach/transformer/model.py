@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..config import Config, check_float, check_int, check_seed, sized
+from ..config import Config, check_float, check_int, check_seed
 from .experts import MoE
 
 Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
@@ -64,17 +64,6 @@ class GPTShape(Config):
     def hidden(self) -> int:
         """The MLP's hidden size, mlp_ratio·h."""
         return self.mlp_ratio * self.width
-
-
-#: A few hundred thousand parameters: the chapter under DSGD_SMOKE=1 and the tests.
-SMOKE_SHAPE = GPTShape(vocab=64, seq_len=32, width=96, heads=4, layers=2)
-#: A few million parameters: the chapter in full mode.
-FULL_SHAPE = GPTShape(vocab=128, seq_len=64, width=256, heads=8, layers=4)
-
-
-def chapter_shape() -> GPTShape:
-    """FULL_SHAPE, or SMOKE_SHAPE under DSGD_SMOKE=1."""
-    return sized(FULL_SHAPE, SMOKE_SHAPE)
 
 
 def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
