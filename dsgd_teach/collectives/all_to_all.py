@@ -12,7 +12,7 @@ messages does, every step's send and receive is posted at once and then all are 
 so the n - 1 steps travel together instead of one after the other, in an order that spreads each step's messages
 over different ranks. The sends are posted before the receives, as gloo's own all-to-all posts them: measured on
 the course's 2-core machine (`make bench`, 2 ranks, 4 MiB a rank), that took the exchange from 2.6-3.1 ms to
-2.3-2.5 ms, where torch's call takes 1.9-2.3 ms; the ring allreduce, which exchanges one pair at a time, was no
+2.1-2.5 ms, where torch's call takes 1.9-2.3 ms; the ring allreduce, which exchanges one pair at a time, was no
 faster so and keeps each pair's receive first. Rank r sends sum over j != r of send_splits[j] rows
 (`all_to_all_bytes`). A mixture of experts dispatches tokens to their experts' ranks with it, and combines the
 experts' outputs back with the same call, splits swapped, which is also its backward.
