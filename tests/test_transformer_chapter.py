@@ -96,3 +96,69 @@ def test_the_busy_links_are_measured_for_every_ring_size_among_the_ranks(cluster
     share, links = measure_busy_links(cluster4, 4, 2e-4, floor, repeats=3, sizes=(256, 4096))
     assert set(links) == {2, 4} and share >= 1.0
     assert all(link.alpha >= floor.alpha and link.beta >= floor.beta for link in links.values())
+
+
+@pytest.mark.parametrize("name", list(LAYOUTS))
+def test_each_run_is_compared_with_the_single_process_model_and_keeps_no_parameters(runs, name):
+    """run() compares every rank with the oracle as it ends, so the kernel keeps each rank's coordinates only (a
+    chapter of runs at a few million parameters held every rank's copy before, hundreds of MiB)."""
+    from dsgd_teach.transformer.experiment import oracle_gap
+
+    result = runs[name]
+    gap = oracle_gap(result)
+    assert gap["ranks"] == result.config.layout.world and gap["steps"] == result.config.steps
+    assert gap["loss"] < 1e-4 and gap["params"] < 1e-5, gap
+    assert result.summary["max_param_diff_vs_oracle"] == gap["params"]
+    assert all(set(rank) == {"coords"} for rank in result.extras.ranks)
+
+
+def test_a_run_without_the_check_says_so_when_asked_for_its_gap():
+    from dsgd_teach.trace import Result
+    from dsgd_teach.transformer.experiment import TransformerExtras, oracle_gap
+
+    config = TransformerConfig(check=False)
+    unchecked = Result(config, None, {}, None, False, TransformerExtras(None, {}, None, [{"coords": {}}]))
+    with pytest.raises(ValueError, match="check=True"):
+        oracle_gap(unchecked)
+    with pytest.raises(ValueError, match="check"):
+        TransformerConfig(check="yes")
+
+
+def test_the_remembered_oracle_tells_apart_everything_the_oracle_depends_on():
+    """Layouts of one model and batch share the single-process run; any change to what it trains makes another."""
+    from dataclasses import replace
+
+    from dsgd_teach.transformer.model import GPTShape
+    from dsgd_teach.transformer.oracle import _ORACLES, cached_oracle
+
+    tiny = GPTShape(vocab=16, seq_len=8, width=16, heads=2, layers=2, mlp_ratio=2)
+    base = TransformerConfig(shape=tiny, batch=8, steps=2, corpus_tokens=500)
+    _ORACLES.clear()
+    losses, model = cached_oracle(base)
+    for layout in (dict(tp=2), dict(pp=2), dict(cp=2), dict(dp=2, microbatches=2)):
+        assert cached_oracle(base.replace(**layout))[1] is model, layout
+    moe = base.replace(shape=replace(tiny, experts=4, top_k=2))
+    changes = [base.replace(lr=0.2), base.replace(steps=3), base.replace(batch=4), base.replace(seed=1),
+               base.replace(corpus_tokens=600), base.replace(shape=replace(tiny, width=32)), moe,
+               moe.replace(aux_weight=0.5), moe.replace(dp=2, ep=2, microbatches=2)]
+    seen = [losses]
+    for changed in changes:
+        other = cached_oracle(changed)[0]
+        assert all(other != s for s in seen), changed
+        seen.append(other)
+    assert len(_ORACLES) <= 2
+
+
+def test_a_pipeline_rank_leaves_sympy_unimported():
+    """backward given a gradient tensor imports sympy (34 MiB in each process that does it); the stages start
+    their backward from a scalar instead, which is what keeps eight workers of the full chapter in Binder's 2 GiB."""
+    import sys
+
+    def imported() -> bool:
+        return "sympy" in sys.modules
+
+    with start_client(2, quiet=True, use_gpu=False) as client:
+        assert not any(client.run(imported).values()), "a fresh worker already has sympy: the test shows nothing"
+        result = run(TransformerConfig(pp=2, steps=2, predict=False, verbose=False), client)
+        assert result.extras.oracle["params"] < 1e-5
+        assert not any(client.run(imported).values())

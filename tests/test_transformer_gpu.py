@@ -28,7 +28,8 @@ def test_tensor_parallel_on_cuda_equals_the_oracle(gpu_client, sequence_parallel
 def test_a_composed_layout_on_cuda_equals_the_oracle(gpu_client) -> None:
     """The mesh's training loop with CUDA tensors over NCCL: tensor + sequence parallelism where two GPUs are, the
     one-rank layout (the same loop, nothing to send) on one; the CPU oracle's losses and parameters."""
-    from dsgd_teach.transformer.composed import ComposedConfig, compare_with_oracle, run_composed
+    from dsgd_teach.transformer.composed import ComposedConfig, run_composed
+    from dsgd_teach.transformer.oracle import compare_with_oracle
 
     layout = {"tp": 2, "sequence_parallel": True} if torch.cuda.device_count() >= 2 else {}
     config = ComposedConfig(device="cuda", steps=3, **layout)

@@ -18,11 +18,12 @@ import torch.distributed as dist
 
 from dsgd_teach.runtime.clusters.cluster import start_client
 from dsgd_teach.trace import Result
-from dsgd_teach.transformer.composed import ComposedConfig, compare_with_oracle, run_composed
+from dsgd_teach.transformer.composed import ComposedConfig, run_composed
 from dsgd_teach.transformer.expert_parallel import expert_parallel_bytes
 from dsgd_teach.transformer.mesh import AXES, Layout
 from dsgd_teach.transformer.mesh_plot import plot_mesh
 from dsgd_teach.transformer.model import GPTShape
+from dsgd_teach.transformer.oracle import compare_with_oracle
 from dsgd_teach.transformer.predict import Plan, axis_bytes
 from dsgd_teach.transformer.traffic import axis_table
 
@@ -193,8 +194,8 @@ def test_the_groups_oracle_catches_two_axes_swapped(monkeypatch) -> None:
 def oracle_as_result(config: ComposedConfig, trained: ComposedConfig, swap: tuple[int, int] | None = None) -> Result:
     """A Result as run_composed returns it, whose ranks hold the slices of the oracle trained under `trained`
     (with `swap`, two ranks' coordinates exchanged: each reports the other's slice)."""
-    from dsgd_teach.transformer.composed import oracle_run
     from dsgd_teach.transformer.mesh_parts import build_part, detached_mesh
+    from dsgd_teach.transformer.oracle import oracle_run
 
     losses, model = oracle_run(trained)
     layout = config.layout

@@ -45,12 +45,12 @@ def test_bad_corpus_and_batch_arguments_name_their_field() -> None:
 
 
 def test_the_chapter_runs_the_advertised_sizes(monkeypatch) -> None:
-    """About a hundred thousand parameters in smoke mode, eight times as many in full mode (kept under a million for
-    Binder's memory, see experiment.FULL_SHAPE): the shapes the chapter runs, not another pair."""
+    """A few hundred thousand parameters in smoke mode, a few million in full mode (what the issue asks; Binder's
+    memory test holds the full chapter to 2 GiB): the shapes the chapter runs, not another pair."""
     monkeypatch.setenv("DSGD_SMOKE", "1")
-    assert chapter_shape() == SMOKE_SHAPE and 100_000 <= count_params(build_gpt(SMOKE_SHAPE, 0)) < 1_000_000
+    assert chapter_shape() == SMOKE_SHAPE and 200_000 <= count_params(build_gpt(SMOKE_SHAPE, 0)) < 1_000_000
     monkeypatch.setenv("DSGD_SMOKE", "0")
-    assert chapter_shape() == FULL_SHAPE and 700_000 <= count_params(build_gpt(FULL_SHAPE, 0)) < 1_000_000
+    assert chapter_shape() == FULL_SHAPE and 2_000_000 <= count_params(build_gpt(FULL_SHAPE, 0)) < 10_000_000
 
 
 def test_same_seed_same_weights_in_another_process_and_torch_rng_untouched() -> None:

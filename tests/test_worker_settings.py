@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 from dsgd_teach.runtime.clusters import worker_settings
 
 
@@ -30,3 +33,22 @@ def test_separate_machines_keep_their_own_cores():
 def test_this_machine_is_named_by_its_boot_id():
     machine, cores = worker_settings._machine_cores()
     assert machine and cores >= 1
+
+
+def test_release_free_memory_gives_back_the_holes_freed_tensors_leave():
+    """With the workers' thresholds, freed megabyte arrays stay in the heap below a live one (the trim threshold
+    only reaches the top); release_free_memory hands those pages back. In a fresh process, so as to measure."""
+    code = """
+import numpy as np, psutil
+from dsgd_teach.machine import WORKER_MALLOC
+from dsgd_teach.runtime.clusters.worker_settings import release_free_memory, set_malloc
+assert set_malloc(WORKER_MALLOC["MALLOC_MMAP_THRESHOLD_"], WORKER_MALLOC["MALLOC_TRIM_THRESHOLD_"])
+arrays = [np.ones(2**18, dtype=np.float32) for _ in range(300)]  # 300 MiB in 1 MiB arrays, from the heap
+top = np.ones(2**18, dtype=np.float32)  # above them all: the heap cannot shrink from its top
+del arrays
+before = psutil.Process().memory_info().rss
+assert release_free_memory()
+print((before - psutil.Process().memory_info().rss) >> 20)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert int(out.stdout.split()[-1]) >= 200, out.stdout

@@ -10,8 +10,7 @@ each by chapter 05's ring on that axis's group, and every rank takes the same SG
 mixture of experts keeps its experts whole on every tensor rank (its attention is split): the tensor axis then
 carries attention's two allreduces per layer and direction, and the expert axis the all-to-alls.
 
-The oracle is `build_gpt(shape, seed)` in one process on the same global batches (`oracle_run`): the loss of every
-step and every rank's slice of the parameters after training are the same within fp32 rounding.
+The oracle is the single-process GPT on the same global batches (oracle.py).
 """
 
 from __future__ import annotations
@@ -20,7 +19,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import numpy as np
 import torch
 import torch.distributed as dist
 from distributed import Client
@@ -40,7 +38,6 @@ from .mesh_parts import (
     SavedBytes,
     StagePart,
     build_part,
-    detached_mesh,
     expert_parameters,
     parameter_storages,
     rank_positions,
@@ -158,6 +155,16 @@ def composed_rank(ctx: WorkerContext, comm: Comm, config: ComposedConfig) -> dic
     return {"coords": mesh.coords, "params": [p.detach().cpu().numpy().copy() for p in part.parameters()]}
 
 
+def backward_from(out: torch.Tensor, grad: torch.Tensor | None, aux: torch.Tensor) -> None:
+    """Backward from a stage's output: the loss plus the load-balancing loss, or Σ out·grad (whose gradient for out
+    is the received grad) plus it. From a scalar because backward given a gradient tensor imports sympy: 34 MiB more
+    in each rank. The product's own saved tensors are not the stage's memory: they are kept out of the count."""
+    if grad is not None:
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
+            out = (out * grad).sum()
+    (out + aux).backward()
+
+
 def gpipe_step(part: StagePart, mesh: Mesh, inputs: torch.Tensor, targets: torch.Tensor, positions: torch.Tensor,
                config: ComposedConfig, step: int, emit: Callable[..., None]) -> float:
     """GPipe: all m microbatches forward (activations to the next stage), then all backward; this rank's loss share.
@@ -191,8 +198,7 @@ def gpipe_step(part: StagePart, mesh: Mesh, inputs: torch.Tensor, targets: torch
         if not part.last:
             grad = torch.empty_like(out)
             pp.exchange(recv=grad, src=pp.rank + 1, step=k, phase="gradient")
-        torch.autograd.backward([out, aux] if aux.requires_grad else [out],
-                                [grad, torch.ones_like(aux)] if aux.requires_grad else [grad])
+        backward_from(out, grad, aux)
         if not part.first:
             pp.exchange(send=x.grad, dst=pp.rank - 1, step=k, phase="gradient")
     return total
@@ -235,29 +241,6 @@ def total_loss(share: float, mesh: Mesh, last: bool, sequence_parallel: bool, ti
     return float(value.item())
 
 
-def oracle_run(config: ComposedConfig) -> tuple[list[float], torch.nn.Module]:
-    """The single-process GPT on the same global batches and SGD steps: (loss of each step, trained model)."""
-    model = build_gpt(config.shape, config.seed)
-    for module in model.modules():
-        if hasattr(module, "groups") and hasattr(module, "num_experts"):
-            module.groups = config.groups  # route in the same groups of tokens as the ranks' microbatches
-    corpus = make_corpus(config.seed, config.corpus_tokens, config.shape.vocab)
-    losses = []
-    for step in range(config.steps):
-        inputs, targets = batch_at(corpus, step, None, config.batch, config.shape.seq_len, config.seed)
-        model.zero_grad(set_to_none=False)
-        loss = lm_loss(model(inputs), targets)
-        (loss + config.aux_weight * aux_loss_of(model)).backward()
-        with torch.no_grad():
-            for p in model.parameters():
-                p.add_(p.grad, alpha=-config.lr)
-        losses.append(float(loss.detach()))
-    for module in model.modules():  # the last forward's load-balancing losses hold its graph: let it go
-        if isinstance(getattr(module, "aux_loss", None), torch.Tensor):
-            module.aux_loss = torch.zeros(())
-    return losses, model
-
-
 def run_composed(config: ComposedConfig, client: Client, on_update: OnUpdate | None = None) -> Result:
     """Train config's layout on the cluster; the trace has one "update" event per rank and step (loss on the last
     stage's ranks, step_s, bytes_dp ... bytes_ep sent on each axis, activation_bytes and state_bytes held)."""
@@ -277,22 +260,3 @@ def run_composed(config: ComposedConfig, client: Client, on_update: OnUpdate | N
     for axis in AXES:
         summary[f"bytes_{axis}_per_step"] = stat(per_step, f"bytes_{axis}")
     return Result(config, trace, summary, None, run.stopped, extras=run.done)
-
-
-def compare_with_oracle(result: Result, config: ComposedConfig) -> dict[str, float]:
-    """The largest differences from the oracle: in the loss of any step, and in any rank's parameters."""
-    losses, model = oracle_run(config)
-    ups = result.trace[result.trace.event == "update"].dropna(subset=["loss"])
-    got = ups.groupby("step").loss.agg(["min", "max"])
-    loss_diff = max(float(max(abs(got.loc[s, "min"] - want), abs(got.loc[s, "max"] - want)))
-                    for s, want in enumerate(losses) if s in got.index)
-    param_diff = 0.0
-    for out in result.extras or []:
-        part = build_part(model, config, detached_mesh(config.layout, out["coords"]))
-        want = [p.detach().numpy() for p in part.parameters()]
-        if len(want) != len(out["params"]):
-            raise AssertionError(f"rank at {out['coords']}: {len(out['params'])} parameters, the oracle's slice "
-                                 f"has {len(want)}")
-        for w, g in zip(want, out["params"], strict=True):
-            param_diff = max(param_diff, float(np.abs(w - g).max()))
-    return {"loss": loss_diff, "params": param_diff, "steps": float(len(got))}

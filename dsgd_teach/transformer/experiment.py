@@ -22,21 +22,24 @@ from ..collectives.experiment import run_session
 from ..collectives.session import Plan as SessionPlan
 from ..config import check_bool, sized
 from ..machine import cpu_count
+from ..runtime.clusters.worker_settings import release_free_memory
 from ..runtime.clusters.workers import get_workers
 from ..trace import OnUpdate, Result
 from .busy_link import measure_busy_links
 from .calibration import Calibration, predict_step, time_ring_attention
-from .composed import ComposedConfig, compare_with_oracle, run_composed
+from .composed import ComposedConfig, run_composed
 from .mesh import AXES
 from .model import GPTShape
+from .oracle import cached_oracle, compare_with_oracle
 from .predict import Plan, axis_bytes, flops_per_step, memory_per_rank
 
-#: The chapter's model: 2 layers, h = 64 in smoke mode (110 thousand parameters); 4 layers, h = 128 in full mode
-#: (814 thousand), short sequences of a small vocabulary, so that eight ranks on two cores train it in seconds. Full
-#: mode stays under a million for Binder's 2 GiB: at h = 256 (3.2 million) the chapter's kernel and eight workers
-#: peaked at 2431 MiB PSS in the browser test, against 1882 MiB at h = 128.
-SMOKE_SHAPE = GPTShape(vocab=64, seq_len=32, width=64, heads=4, layers=2)
-FULL_SHAPE = GPTShape(vocab=64, seq_len=32, width=128, heads=4, layers=4)
+#: The chapter's model: 2 layers, h = 96 in smoke mode (239 thousand parameters); 4 layers, h = 256 in full mode
+#: (3.2 million), short sequences of a small vocabulary, so that eight ranks on two cores train it in seconds. Full
+#: mode fits Binder's 2 GiB because the kernel keeps no rank's parameters (run compares them with the oracle as it
+#: ends), every rank hands back the heap it freed, and no rank imports sympy (composed.backward_from): the browser
+#: test's peak went from 2431 to 1731 MiB PSS at this size.
+SMOKE_SHAPE = GPTShape(vocab=64, seq_len=32, width=96, heads=4, layers=2)
+FULL_SHAPE = GPTShape(vocab=64, seq_len=32, width=256, heads=4, layers=4)
 
 
 def chapter_shape() -> GPTShape:
@@ -75,11 +78,13 @@ class TransformerConfig(ComposedConfig):
     steps: int = 6
     predict: bool = True  # calibrate and predict before training
     verbose: bool = True  # print the prediction before training and predicted against measured after
+    check: bool = True  # compare every rank with the single-process model after training (oracle_gap)
 
     def validate(self) -> None:
         super().validate()
         check_bool("predict", self.predict)
         check_bool("verbose", self.verbose)
+        check_bool("check", self.check)
 
     @property
     def plan(self) -> Plan:
@@ -91,12 +96,14 @@ class TransformerConfig(ComposedConfig):
 
 @dataclass
 class TransformerExtras:
-    """A run's extras: the calibration used, and the predicted and measured step, bytes and memory."""
+    """A run's extras: the calibration used, the predicted and measured step, bytes and memory, each rank's mesh
+    coordinates, and (with check=True) the largest differences from the single-process model."""
 
     calibration: Calibration | None
     prediction: dict[str, Any]
     comparison: pd.DataFrame
     ranks: list[dict[str, Any]]
+    oracle: dict[str, float] | None = None
 
 
 _CALIBRATIONS: dict[tuple[Any, ...], Calibration] = {}
@@ -213,14 +220,24 @@ def run(config: TransformerConfig, client: Client, on_update: OnUpdate | None = 
         summary[f"measured {row.quantity}"] = float(row.measured)
     if config.verbose:
         print(table.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    gap = None
+    if config.check:  # compared here, so that the kernel keeps each rank's coordinates, not its parameters
+        gap = compare_with_oracle(result, config, cached_oracle(config))
+        summary.update({"max_loss_diff_vs_oracle": gap["loss"], "max_param_diff_vs_oracle": gap["params"]})
+    ranks = [{"coords": out["coords"]} for out in result.extras or []]
+    release_free_memory()  # the oracle's and the ranks' arrays, freed, leave holes in the kernel's heap
     return Result(config, result.trace, summary, None, result.stopped,
-                  TransformerExtras(cal, predicted, table, result.extras or []))
+                  TransformerExtras(cal, predicted, table, ranks, gap))
 
 
 def oracle_gap(result: Result) -> dict[str, float]:
-    """The largest differences of a run from the single-process model: in any step's loss and any rank's slice."""
-    ranks = result.extras.ranks if isinstance(result.extras, TransformerExtras) else result.extras
-    return compare_with_oracle(Result(result.config, result.trace, extras=ranks), result.config)
+    """The largest differences of a run from the single-process model: in any step's loss and any rank's slice
+    (measured when the run ended; a run_composed Result, whose extras keep the parameters, is compared now)."""
+    if isinstance(result.extras, TransformerExtras):
+        if result.extras.oracle is None:
+            raise ValueError("this run was not compared with the single-process model: run it with check=True")
+        return dict(result.extras.oracle)
+    return compare_with_oracle(result, result.config)
 
 
 def describe_prediction(config: TransformerConfig, predicted: dict[str, Any]) -> str:

@@ -73,7 +73,7 @@ def run_panel(client: Client, config: TransformerConfig, title: str = "A transfo
             for a in ("dp", "tp", "pp", "cp", "ep")}
     keep_experts_on_data_ranks(axis["dp"], axis["ep"])
     controls = {**axis, "sequence_parallel": widgets.Checkbox(value=config.sequence_parallel, description="SP")}
-    return ExperimentPanel(client, run, config.replace(verbose=False), controls=controls, plot=plot_run_live,
+    return ExperimentPanel(client, run, config.replace(verbose=False, check=False), controls=controls, plot=plot_run_live,
                            title=title, figsize=(12, 3.4))
 
 

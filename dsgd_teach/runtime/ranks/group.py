@@ -32,6 +32,7 @@ from distributed import Client
 from ...machine import host_of, machine_id
 from ...trace import TraceRecorder
 from ..clusters.cluster import visible_gpus
+from ..clusters.worker_settings import release_free_memory
 from ..clusters.workers import get_workers, interleave_hosts, rendezvous_host
 from .comm import Comm
 from .live import WorkerContext, run_live
@@ -290,9 +291,12 @@ def process_group(spec: GroupSpec, rank: int) -> Iterator[Comm]:
 
 
 def _group_task(ctx: WorkerContext, spec: GroupSpec, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
-    """Worker side of run_in_group: join, run fn(ctx, comm, *args), leave."""
-    with process_group(spec, ctx.rank) as comm:
-        return fn(ctx, comm, *args)
+    """Worker side of run_in_group: join, run fn(ctx, comm, *args), leave and give back what the rank freed."""
+    try:
+        with process_group(spec, ctx.rank) as comm:
+            return fn(ctx, comm, *args)
+    finally:
+        release_free_memory()
 
 
 def run_in_group(
