@@ -202,3 +202,47 @@ def test_the_gloo_transport_posts_every_send_before_any_receive_for_the_all_to_a
     posted.clear()
     comm.exchange(torch.ones(2), 1, torch.zeros(2), 2, step=0, phase="ring")
     assert posted == [("recv", 2), ("send", 1)]
+
+
+def test_the_local_copy_runs_while_the_messages_travel(monkeypatch) -> None:
+    """exchange_all runs `meanwhile` once every send and receive is posted and before any wait (gloo's transport),
+    and once before the exchanges on a transport that runs them in turn; all_to_all copies its own block so."""
+    import dsgd_teach.runtime.ranks.comm as comm_module
+    from dsgd_teach.runtime.ranks.comm import Comm
+    from dsgd_teach.runtime.ranks.thread_group import ThreadTransport
+
+    events: list[str] = []
+
+    class Done:
+        def wait(self, timeout: Any = None) -> bool:
+            events.append("wait")
+            return True
+
+    def post(kind: str) -> Any:
+        def op(tensor: torch.Tensor, peer: int, group: Any = None) -> Done:
+            events.append(kind)
+            return Done()
+        return op
+
+    fake = SimpleNamespace(isend=post("send"), irecv=post("recv"), P2POp=lambda op, tensor, peer, group:
+                           SimpleNamespace(op=op, tensor=tensor, peer=peer, group=group))
+    monkeypatch.setattr(comm_module, "dist", fake)
+    comm = Comm(1, WORLD, torch.device("cpu"), 5.0)
+    pairs = [(torch.ones(2), 2, torch.zeros(2), 0), (torch.ones(2), 0, torch.zeros(2), 2)]
+    comm.exchange_all(pairs, phase="t", sends_first=True, meanwhile=lambda: events.append("meanwhile"))
+    assert events == ["send", "send", "recv", "recv", "meanwhile", "wait", "wait", "wait", "wait"]
+    handed: list[Any] = []
+    original = Comm.exchange_all
+    monkeypatch.setattr(Comm, "exchange_all", lambda self, pairs, **kw: (handed.append(kw.get("meanwhile")),
+                                                                          original(self, pairs, **kw)))
+    events.clear()
+    out = all_to_all(Comm(0, WORLD, torch.device("cpu"), 5.0), rows_of(0), SPLITS[0], recv_splits(0))
+    assert handed == [handed[0]] and handed[0] is not None
+    own = slice(0, SPLITS[0][0])
+    assert torch.equal(out[own], rows_of(0)[own])  # the copy the exchange ran meanwhile
+
+    calls: list[str] = []
+    monkeypatch.setattr(ThreadTransport, "exchange", lambda self, *args: calls.append("exchange"))
+    threads = Comm(1, WORLD, torch.device("cpu"), 5.0, transport=ThreadTransport.__new__(ThreadTransport))
+    threads.exchange_all(pairs, phase="t", meanwhile=lambda: calls.append("meanwhile"))
+    assert calls == ["meanwhile", "exchange", "exchange"]

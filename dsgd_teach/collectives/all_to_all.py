@@ -7,15 +7,17 @@ goes to rank j, and rank r's output is the blocks it received, in the order of t
 The schedule is the pairwise exchange of Thakur, Rabenseifner & Gropp 2005 ("Optimization of Collective
 Communication Operations in MPICH", IJHPCA 19(1), its all-to-all algorithms): in step s = 1, ..., n-1 rank r sends
 to rank r + s and receives from rank r - s (mod n), so every pair of ranks meets once and each step is a matched
-exchange; the block a rank keeps for itself is a local copy, made first. As their algorithm for medium-sized
-messages does, every step's send and receive is posted at once and then all are waited for (`Comm.exchange_all`),
-so the n - 1 steps travel together instead of one after the other, in an order that spreads each step's messages
-over different ranks. The sends are posted before the receives, as gloo's own all-to-all posts them: measured on
-the course's 2-core machine (`make bench`, 2 ranks, 4 MiB a rank), that took the exchange from 2.6-3.1 ms to
-2.1-2.5 ms, where torch's call takes 1.9-2.3 ms; the ring allreduce, which exchanges one pair at a time, was no
-faster so and keeps each pair's receive first. Rank r sends sum over j != r of send_splits[j] rows
-(`all_to_all_bytes`). A mixture of experts dispatches tokens to their experts' ranks with it, and combines the
-experts' outputs back with the same call, splits swapped, which is also its backward.
+exchange. As their algorithm for medium-sized messages does, every step's send and receive is posted at once and then
+all are waited for (`Comm.exchange_all`), so the n - 1 steps travel together instead of one after the other, in an
+order that spreads each step's messages over different ranks; the block a rank keeps for itself is copied while they
+travel. The sends are posted before the receives, as gloo's own all-to-all posts them. Measured on the course's
+2-core machine (`make bench`, 2 ranks, 4 MiB a rank, ours over torch's all_to_all_single in the same rounds):
+receives first and the copy while they travel, 1.18-1.33 (five runs); receives first and the copy first, 1.26-1.38;
+sends first and the copy first, 1.01-1.20 (ten runs, median 1.11); sends first and the copy while they travel,
+0.88-1.07 (ten runs, median 0.99). The ring allreduce, which exchanges one pair at a time, was no faster with its
+sends first and keeps each pair's receive first. Rank r sends sum over j != r of send_splits[j] rows
+(`all_to_all_bytes`). A mixture of experts dispatches tokens to their experts' ranks with it, and combines the experts'
+outputs back with the same call, splits swapped, which is also its backward.
 """
 
 from __future__ import annotations
@@ -63,13 +65,15 @@ def all_to_all(comm: Comm, x: torch.Tensor, send_splits: Sequence[int], recv_spl
     x = x.detach().contiguous()
     out = x.new_empty((sum(recv), *x.shape[1:]))
     at_in, at_out = offsets(send), offsets(recv)
-    out[at_out[r] : at_out[r + 1]] = x[at_in[r] : at_in[r + 1]]  # the block a rank keeps for itself
     pairs, chunks = [], []
     for s in range(1, n):  # step s: send to r + s, receive from r - s
         dst, src = (r + s) % n, (r - s) % n
         pairs.append((x[at_in[dst] : at_in[dst + 1]], dst, out[at_out[src] : at_out[src + 1]], src))
         chunks.append(dst)
-    comm.exchange_all(pairs, phase=phase, chunks=chunks, sends_first=True)  # all steps posted at once
+    def keep_own_block() -> None:  # the block a rank keeps for itself: copied while the others travel
+        out[at_out[r] : at_out[r + 1]] = x[at_in[r] : at_in[r + 1]]
+
+    comm.exchange_all(pairs, phase=phase, chunks=chunks, sends_first=True, meanwhile=keep_own_block)
     return out
 
 

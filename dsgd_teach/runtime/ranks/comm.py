@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -55,9 +56,10 @@ class TorchDistributed:
         self.exchange_all(comm, [(send, dst, recv, src)])
 
     def exchange_all(self, comm: Comm, pairs: list[tuple[torch.Tensor | None, int | None, torch.Tensor | None,
-                                                         int | None]], sends_first: bool = False) -> None:
+                                                         int | None]], sends_first: bool = False,
+                     meanwhile: Callable[[], None] | None = None) -> None:
         """Post every (send, dst, recv, src) pair's receive and send at once, in order (every send before any
-        receive with sends_first), then wait for them all."""
+        receive with sends_first), run `meanwhile` while they travel, then wait for them all."""
         ops = []
         for send, dst, recv, src in pairs:
             if recv is not None:
@@ -72,6 +74,8 @@ class TorchDistributed:
         else:
             # gloo queues non-blocking ops independently; plain isend/irecv skip batch_isend_irecv's overhead.
             works = [op.op(op.tensor, op.peer, op.group) for op in ops]
+        if meanwhile is not None:
+            meanwhile()
         comm.wait_all(works)
 
 
@@ -119,10 +123,12 @@ class Comm:
             self.transport.exchange(self, send, dst, recv, src)
 
     def exchange_all(self, pairs: list[tuple[torch.Tensor | None, int | None, torch.Tensor | None, int | None]], *,
-                     phase: str, chunks: list[int] | None = None, sends_first: bool = False) -> None:
+                     phase: str, chunks: list[int] | None = None, sends_first: bool = False,
+                     meanwhile: Callable[[], None] | None = None) -> None:
         """Many exchanges at once: pair i, (send, dst, recv, src), is step i of the log; every pair is posted before
         any is waited for, so each must be matched by its peers' (a transport without exchange_all runs them in turn),
-        every send before any receive with sends_first.
+        every send before any receive with sends_first; `meanwhile` (local work) runs once all are posted, before
+        the waits (first, on a transport that runs them in turn).
         """
         moving = []
         for i, (send, dst, recv, src) in enumerate(pairs):
@@ -137,8 +143,10 @@ class Comm:
                 moving.append((send, dst, recv, src))
         post_all = getattr(self.transport, "exchange_all", None)
         if post_all is not None:
-            post_all(self, moving, sends_first)
+            post_all(self, moving, sends_first, meanwhile)
         else:
+            if meanwhile is not None:
+                meanwhile()
             for send, dst, recv, src in moving:
                 self.transport.exchange(self, send, dst, recv, src)
 
