@@ -9,15 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import torch
 from distributed import Client
 
 from ..runtime.ranks.comm import Comm
 from ..runtime.ranks.group_run import run_group
 from ..runtime.ranks.live import WorkerContext
 from ..trace import OnUpdate, Result, stat
-from .corpus import batch_at, make_corpus
-from .model import build_gpt, lm_loss
+from .composed import ComposedConfig
+from .oracle import oracle_run
 from .tensor_group import TensorGroup
 from .tensor_parallel import TPConfig, tp_rank
 
@@ -31,20 +30,10 @@ class TPExtras:
 
 
 def oracle_losses(config: TPConfig) -> list[float]:
-    """The single-process GPT's loss at each of config's SGD steps, on the same global batches."""
-    model = build_gpt(config.shape, config.seed)
-    corpus = make_corpus(config.seed, config.corpus_tokens, config.shape.vocab)
-    losses = []
-    for step in range(config.steps):
-        inputs, targets = batch_at(corpus, step, None, config.batch, config.shape.seq_len, config.seed)
-        model.zero_grad(set_to_none=False)
-        loss = lm_loss(model(inputs), targets)
-        loss.backward()
-        with torch.no_grad():
-            for p in model.parameters():
-                p.add_(p.grad, alpha=-config.lr)
-        losses.append(float(loss.detach()))
-    return losses
+    """The single-process GPT's loss at each of config's SGD steps, on the same global batches (oracle.py)."""
+    same = ComposedConfig(shape=config.shape, batch=config.batch, microbatches=1, steps=config.steps, lr=config.lr,
+                          seed=config.seed, corpus_tokens=config.corpus_tokens)
+    return oracle_run(same)[0]
 
 
 def _rank(ctx: WorkerContext, comm: Comm, config: TPConfig) -> dict[str, Any]:
