@@ -19,7 +19,7 @@ from .plots import plot_ranking, plot_run_live
 MODELS = {
     "chapter, smoke": SMOKE_SHAPE,
     "chapter, full": FULL_SHAPE,
-    "chapter with 8 experts": GPTShape(vocab=64, seq_len=32, width=64, heads=4, layers=2, experts=8, top_k=2),
+    "chapter with 8 experts": SMOKE_SHAPE.replace(experts=8, top_k=2),
     "GPT-2 small (124M)": GPTShape(vocab=50_257, seq_len=1024, width=768, heads=12, layers=12),
 }
 
