@@ -161,3 +161,19 @@ def test_a_pipeline_rank_leaves_sympy_unimported():
         result = run(TransformerConfig(pp=2, steps=2, predict=False, verbose=False), client)
         assert result.extras.oracle["params"] < 1e-5
         assert not any(client.run(imported).values())
+
+
+def test_a_run_stopped_early_is_compared_with_the_oracle_at_the_step_it_stopped():
+    """The ranks all stop after the same step (their vote), so the oracle trained as many steps is the reference."""
+    from dsgd_teach.trace import StopRequested
+
+    def stop_soon(event: dict) -> None:
+        if event.get("event") == "update" and event.get("step", 0) >= 1:
+            raise StopRequested
+
+    with start_client(2, quiet=True, use_gpu=False) as client:
+        result = run(TransformerConfig(tp=2, steps=100, predict=False, verbose=False), client, on_update=stop_soon)
+    assert result.stopped and 2 <= result.summary["steps"] < 100
+    gap = result.extras.oracle
+    assert gap["steps"] == result.summary["steps"] and gap["ranks"] == 2
+    assert gap["loss"] < 1e-4 and gap["params"] < 1e-5, gap

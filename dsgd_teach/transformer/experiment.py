@@ -220,9 +220,10 @@ def run(config: TransformerConfig, client: Client, on_update: OnUpdate | None = 
         summary[f"measured {row.quantity}"] = float(row.measured)
     if config.verbose:
         print(table.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
-    gap = None
-    if config.check:  # compared here, so that the kernel keeps each rank's coordinates, not its parameters
-        gap = compare_with_oracle(result, config, cached_oracle(config))
+    gap, done = None, int(result.summary["steps"])
+    if config.check and done:  # compared here, so that the kernel keeps each rank's coordinates, not its parameters
+        trained = config.replace(steps=done) if result.stopped else config  # every rank stops after the same step
+        gap = compare_with_oracle(result, trained, cached_oracle(trained))
         summary.update({"max_loss_diff_vs_oracle": gap["loss"], "max_param_diff_vs_oracle": gap["params"]})
     ranks = [{"coords": out["coords"]} for out in result.extras or []]
     release_free_memory()  # the oracle's and the ranks' arrays, freed, leave holes in the kernel's heap
