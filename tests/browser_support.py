@@ -117,20 +117,30 @@ class LabServer:
 #: chapter's page): tornado's write future fails and nobody awaits it. Not an error of the course; it is logged when
 #: the future is collected, often during the next chapter.
 CLOSED_PAGE_WRITE = ("WebSocketProtocol13.write_message", "exception=WebSocketClosedError()")
+#: What jupyter_server logs when GET /api/kernels lists a kernel that is still starting: kernel_model reads the
+#: kernel's last_activity, which the server sets only once the kernel is ready (its race, not the course's; the same
+#: as enterprise_gateway issue 1395). Seen once beside a busy loop, as JupyterLab polled while a chapter's kernel
+#: started; the page's next poll lists the kernel.
+KERNEL_STILL_STARTING = ("in list_kernels", "kernel.last_activity")
 #: Lines that join a traceback to the one before it (Python's chained exceptions).
 CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
 
 
 def reported_tracebacks(lines: list[str]) -> list[str]:
-    """Each traceback in the log lines with the 25 lines from it, except those of a write to a closed page."""
-    found, header = [], ""
+    """Each traceback in the log lines with the 25 lines from it, except the chains of a write to a closed page and
+    of a kernel listed while it starts."""
+    chains: list[tuple[str, list[str]]] = []  # (the line that logged the chain, its tracebacks)
     for i, line in enumerate(lines):
         if "Traceback" not in line:
             continue
-        if not any(lines[j].startswith(CHAINED) for j in range(max(0, i - 2), i)):
-            header = lines[i - 1] if i else ""  # the line that logged this chain of tracebacks
-        if not all(mark in header for mark in CLOSED_PAGE_WRITE):
-            found.append("\n".join(lines[i : i + 25]))
+        if not chains or not any(lines[j].lstrip().startswith(CHAINED) for j in range(max(0, i - 2), i)):
+            chains.append((lines[i - 1] if i else "", []))
+        chains[-1][1].append("\n".join(lines[i : i + 25]))
+    found = []
+    for header, tracebacks in chains:
+        starting = all(mark in "\n".join(tracebacks) for mark in KERNEL_STILL_STARTING)
+        if not starting and not all(mark in header for mark in CLOSED_PAGE_WRITE):
+            found.extend(tracebacks)
     return found
 
 

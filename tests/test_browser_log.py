@@ -38,6 +38,31 @@ Traceback (most recent call last):
 distributed.comm.core.CommClosedError: in <TCP (closed) ConnectionPool.heartbeat_worker>: Stream is closed
 """
 
+KERNEL_STILL_STARTING = """\
+[E 2026-11-28 23:38:12.504 ServerApp] Uncaught exception GET /api/kernels?1764372492496 (127.0.0.1)
+    HTTPServerRequest(protocol='http', host='127.0.0.1:41533', method='GET', uri='/api/kernels?1764372492496')
+    Traceback (most recent call last):
+      File "traitlets/traitlets.py", line 652, in get
+        value = obj._trait_values[self.name]
+                ~~~~~~~~~~~~~~~~~^^^^^^^^^^^
+    KeyError: 'last_activity'
+
+    During handling of the above exception, another exception occurred:
+
+    Traceback (most recent call last):
+      File "tornado/web.py", line 2004, in _execute
+        result = await result
+      File "jupyter_server/services/kernels/handlers.py", line 41, in get
+        kernels = await ensure_async(km.list_kernels())
+      File "jupyter_server/services/kernels/kernelmanager.py", line 558, in list_kernels
+        model = self.kernel_model(kernel_id)
+      File "jupyter_server/services/kernels/kernelmanager.py", line 544, in kernel_model
+        "last_activity": isoformat(kernel.last_activity),
+      File "traitlets/traitlets.py", line 740, in _validate
+        value = self.validate(obj, value)
+    traitlets.traitlets.TraitError: The 'last_activity' trait of a ServerKernelManager instance expected a datetime
+"""
+
 KERNEL_ERROR = """\
 [IPKernelApp] ERROR | Exception in message handler:
 Traceback (most recent call last):
@@ -53,3 +78,12 @@ def test_a_write_to_a_closed_page_is_not_reported_and_everything_else_is() -> No
     assert len(after) == 1 and "something the course did" in after[0]
     before = reported_tracebacks((KERNEL_ERROR + CLOSED_PAGE_WRITE).splitlines())
     assert len(before) == 1 and "something the course did" in before[0]
+
+
+def test_a_kernel_listed_while_it_starts_is_not_reported_and_a_later_error_is() -> None:
+    """jupyter_server's race (browser_support.KERNEL_STILL_STARTING): both tracebacks of its chain are left out."""
+    assert reported_tracebacks(KERNEL_STILL_STARTING.splitlines()) == []
+    after = reported_tracebacks((KERNEL_STILL_STARTING + KERNEL_ERROR).splitlines())
+    assert len(after) == 1 and "something the course did" in after[0]
+    listed = KERNEL_STILL_STARTING.replace("kernel.last_activity", "kernel.execution_state")  # another failure
+    assert len(reported_tracebacks(listed.splitlines())) == 2
